@@ -1,0 +1,1 @@
+"""taskrunner: an asyncio task queue with leases, heartbeats and pluggable backends."""

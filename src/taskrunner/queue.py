@@ -1,0 +1,324 @@
+"""The contract between the runner and a message backend.
+
+The runner talks to storage only through `Queue`. A backend moves opaque bytes under
+leases and never decodes them. `Queue` is a `typing.Protocol`: a backend implements it
+structurally and imports nothing from taskrunner except, if it likes, the value types
+below. Every guarantee is one sentence of the `Queue` docstring, and each sentence has
+a test of the same name in `taskrunner_conformance`.
+
+Leases. A message received by consumer C is leased to C. The lease lives while the
+message's *idle time* (time since it was delivered or last heartbeated) stays below the
+``idle_seconds`` a reclaimer passes to `Queue.reclaim`; the runner passes its
+``lease_seconds``. A `Receipt` fences the lease: it names the owner and the delivery
+count seen when the lease was granted, so a heartbeat or ack holding an older receipt
+is reported as lost instead of acting on somebody else's lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+import msgspec
+
+__all__ = [
+    "Capabilities",
+    "ConsumerStats",
+    "DeadLetter",
+    "Delivery",
+    "Queue",
+    "QueueAdmin",
+    "QueueStats",
+    "Receipt",
+]
+
+
+class Receipt(msgspec.Struct, frozen=True, kw_only=True):
+    """Fences one lease of one message; only the issuing backend interprets it.
+
+    Attributes:
+        consumer: The consumer the lease was granted to.
+        delivery_count: The message's delivery count when the lease was granted.
+        token: Backend-private data (for example a partition), opaque to everyone else.
+    """
+
+    consumer: str
+    delivery_count: int
+    token: str = ""
+
+
+class Delivery(msgspec.Struct, frozen=True, kw_only=True):
+    """One message leased to one consumer.
+
+    Attributes:
+        message_id: The id `Queue.add` returned for the message; stable across deliveries.
+        body: The bytes given to `Queue.add`, unchanged.
+        delivery_count: 1 on the first delivery; +1 on each reclaim or redelivery
+            after `Queue.release`; unchanged by heartbeats.
+        receipt: The lease fence to pass back to heartbeat, ack, release and dead_letter.
+    """
+
+    message_id: str
+    body: bytes
+    delivery_count: int
+    receipt: Receipt
+
+
+class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What a backend claims beyond the core contract.
+
+    The runner and the conformance suite read it; a property the backend does not
+    claim is skipped by the suite with the reason, never silently passed. New flags
+    default to "not claimed".
+
+    Attributes:
+        blocking_receive: `receive` waits for a message (up to ``wait_seconds``) without
+            busy polling and wakes when one arrives.
+        cancel_safe_receive: Cancelling a pending `receive` never leaves a message
+            leased to the caller without the caller seeing it, so the runner may cancel
+            receives at shutdown instead of waiting for them to return.
+        ordering: ``"fifo"`` when a single consumer receives messages in the order
+            they were added (redeliveries excepted); ``"none"`` otherwise.
+        persistent: Messages survive a restart of the backend's server.
+        durable_enqueue: `add` returns only after the messages are durable.
+        shared_across_instances: Two `Queue` objects opened on the same name (in one or
+            several processes) see the same messages.
+        max_batch: Largest ``max_messages`` honoured per call; larger requests are
+            clamped. None means no limit.
+        admin: The queue also implements `QueueAdmin`.
+        lease_precision_seconds: How far lease expiry may deviate from the nominal
+            ``idle_seconds`` (server clock granularity, replication lag).
+    """
+
+    blocking_receive: bool = False
+    cancel_safe_receive: bool = False
+    ordering: Literal["none", "fifo"] = "none"
+    persistent: bool = False
+    durable_enqueue: bool = False
+    shared_across_instances: bool = False
+    max_batch: int | None = None
+    admin: bool = False
+    lease_precision_seconds: float = 0.0
+
+
+class ConsumerStats(msgspec.Struct, frozen=True, kw_only=True):
+    """One consumer as the backend sees it.
+
+    Attributes:
+        name: The consumer name.
+        pending: Messages currently leased to it.
+        idle_seconds: Seconds since the backend last heard from it, if known.
+    """
+
+    name: str
+    pending: int
+    idle_seconds: float | None = None
+
+
+class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of a queue.
+
+    Attributes:
+        ready: Messages waiting for a first delivery (or a redelivery after release).
+        in_flight: Messages leased to a consumer and not yet completed.
+        dead: Messages in the dead-letter store.
+        oldest_ready_age_seconds: Age of the oldest ready message, None when none.
+        oldest_in_flight_age_seconds: Idle time of the longest-idle in-flight message,
+            None when none.
+        consumers: The consumers the backend knows of, when it tracks them.
+    """
+
+    ready: int
+    in_flight: int
+    dead: int
+    oldest_ready_age_seconds: float | None = None
+    oldest_in_flight_age_seconds: float | None = None
+    consumers: tuple[ConsumerStats, ...] = ()
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
+    """A message in the dead-letter store.
+
+    Attributes:
+        message_id: The id of the dead-letter entry (used by the admin methods).
+        original_id: The message id it had on the queue.
+        body: The message bytes, unchanged.
+        reason: Why it was dead-lettered.
+        delivery_count: Its delivery count when it was dead-lettered.
+        dead_at: Wall-clock time (Unix seconds) it was dead-lettered.
+    """
+
+    message_id: str
+    original_id: str
+    body: bytes
+    reason: str
+    delivery_count: int
+    dead_at: float
+
+
+class Queue(Protocol):
+    """A leased, at-least-once queue of opaque messages.
+
+    Guarantees, one per line; each has a conformance test that reads the same:
+
+    * Every added message is delivered at least once, unless it is dead-lettered.
+    * A delivered message is not delivered to another consumer while its lease is live.
+    * A message whose lease lapsed is returned by reclaim with its delivery count + 1.
+    * A heartbeat with a current receipt keeps the lease live.
+    * A heartbeat never changes the delivery count.
+    * A heartbeat with a stale receipt reports the delivery lost and never takes the message back.
+    * An ack with a current receipt completes the message; it is never delivered again.
+    * An ack with a stale receipt reports the delivery lost and does not complete the message.
+    * Acking an already completed delivery reports it and changes nothing else.
+    * A released message is delivered again after its delay, with its delivery count + 1.
+    * A dead-lettered message is never delivered again and keeps its body and reason.
+    * `len` counts ready plus in-flight messages; dead letters are not counted.
+    * `receive` returns at most ``max_messages`` deliveries and `[]` when none arrive in time.
+    * `aclose` is idempotent; every other method called after it raises `QueueClosedError`.
+    * Client-library exceptions never escape; failures raise `BackendError` subclasses.
+
+    Methods take and return batches so a backend can use one round trip per call.
+    Expected conditions are return values: an empty queue is `[]`, a lost lease is a
+    delivery in the returned list. Invalid arguments raise `ValueError` or `TypeError`
+    before anything is changed.
+    """
+
+    @property
+    def requires_heartbeat(self) -> bool:
+        """Whether leases lapse unless heartbeated; when False the runner starts no lease keeper."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend claims beyond the core contract."""
+        ...
+
+    async def add(self, bodies: Sequence[bytes]) -> list[str]:
+        """Enqueue message bodies.
+
+        Returns:
+            One message id per body, in order; ids are unique within the queue.
+
+        Raises:
+            TypeError: A body is not `bytes`.
+            BackendUnavailableError: The backend could not be reached; some of the
+                bodies may have been added.
+        """
+        ...
+
+    async def receive(
+        self, consumer: str, *, max_messages: int, wait_seconds: float
+    ) -> list[Delivery]:
+        """Lease up to `max_messages` ready messages to `consumer`.
+
+        Waits at most `wait_seconds` for the first message (0 does not wait) and may
+        return fewer than asked for. Each returned delivery's lease starts now.
+
+        Raises:
+            ValueError: `max_messages` < 1 or `wait_seconds` < 0.
+            BackendUnavailableError: The backend could not be reached.
+        """
+        ...
+
+    async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Restart the lease of each delivery still owned under its receipt.
+
+        Returns:
+            The deliveries whose lease was already lost (reclaimed, acked,
+            dead-lettered, or the message is gone); they are left untouched.
+        """
+        ...
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Complete each delivery still owned under its receipt and remove its message.
+
+        Returns:
+            The deliveries this call did not complete because their lease was lost or
+            they were already completed; those messages are left as they are.
+        """
+        ...
+
+    async def release(
+        self, deliveries: Sequence[Delivery], *, delay_seconds: float = 0.0
+    ) -> list[Delivery]:
+        """Give deliveries back for redelivery once `delay_seconds` have passed.
+
+        The message is redelivered by `receive` or `reclaim` no earlier than the delay,
+        with its delivery count + 1. Used for retry backoff and at shutdown.
+
+        Returns:
+            The deliveries whose lease was already lost; they are left untouched.
+
+        Raises:
+            ValueError: `delay_seconds` < 0.
+        """
+        ...
+
+    async def reclaim(
+        self, consumer: str, *, idle_seconds: float, max_messages: int
+    ) -> list[Delivery]:
+        """Lease to `consumer` messages whose lease lapsed more than `idle_seconds` ago.
+
+        Each returned delivery has its delivery count + 1 and a new receipt. Successive
+        calls make progress through the whole set of in-flight messages, so lapsed
+        messages behind many live ones are found. Messages that can no longer be
+        delivered (their body is gone or unreadable by the backend) are dead-lettered
+        with a reason instead of being returned.
+
+        Raises:
+            ValueError: `idle_seconds` <= 0 or `max_messages` < 1.
+        """
+        ...
+
+    async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
+        """Move deliveries to the dead-letter store with `reason`, completing them atomically.
+
+        Returns:
+            The deliveries whose lease was already lost; they are left untouched.
+        """
+        ...
+
+    async def stats(self) -> QueueStats:
+        """A snapshot of ready, in-flight and dead-lettered counts."""
+        ...
+
+    async def len(self) -> int:
+        """Ready plus in-flight messages."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the backend's resources; idempotent."""
+        ...
+
+
+class QueueAdmin(Protocol):
+    """Operations for people, not workers: dead-letter management and purging.
+
+    A backend that implements it sets `Capabilities.admin`.
+    """
+
+    async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        """The oldest `limit` dead letters, oldest first."""
+        ...
+
+    async def retry_dead_letters(self, message_ids: Sequence[str] | None = None) -> list[str]:
+        """Put dead letters back on the queue as new messages (all when `message_ids` is None).
+
+        Each message is added back and removed from the dead-letter store atomically,
+        so it is neither lost nor duplicated.
+
+        Returns:
+            The new message ids, one per dead letter moved; unknown ids are skipped.
+        """
+        ...
+
+    async def purge_dead_letters(self, message_ids: Sequence[str] | None = None) -> int:
+        """Delete dead letters (all when `message_ids` is None); returns how many."""
+        ...
+
+    async def purge(self) -> int:
+        """Delete every ready and in-flight message; returns how many.
+
+        Receipts of purged in-flight messages report lost from then on.
+        """
+        ...

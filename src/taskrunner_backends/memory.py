@@ -1,0 +1,453 @@
+"""The in-memory backend: the full `Queue` contract inside one process.
+
+Use it for unit tests and as the embedded default (``memory://``). Differences from a
+server-backed queue, stated up front:
+
+* State lives in a process-local store. Handles opened on the same store (with
+  `InMemoryQueue.open_handle`, or with the same ``memory://NAME`` URL in one process)
+  see the same messages; other processes see nothing, and nothing survives the process.
+* Leases are measured on the injected `Clock`, so a test advances a
+  `taskrunner.testing.FakeClock` past a lease instead of sleeping.
+* With ``requires_heartbeat=False`` leases never lapse: `reclaim` returns nothing and
+  in-flight messages come back only through `release`.
+* All handles must be used from one event loop; the store is not thread-safe.
+
+Below the contract methods, under "Test conveniences", sit synchronous inspection
+helpers (`ready_bodies`, `in_flight`, `dead_letters`). The runner never calls them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import parse_qsl, urlsplit
+
+from taskrunner.clock import Clock, SystemClock, wait_event
+from taskrunner.errors import ConfigurationError, QueueClosedError
+from taskrunner.queue import (
+    Capabilities,
+    ConsumerStats,
+    DeadLetter,
+    Delivery,
+    QueueStats,
+    Receipt,
+)
+
+__all__ = ["InMemoryQueue", "open_from_url"]
+
+_CAPABILITIES = Capabilities(
+    blocking_receive=True,
+    cancel_safe_receive=True,
+    ordering="fifo",
+    persistent=False,
+    durable_enqueue=False,
+    shared_across_instances=True,
+    max_batch=None,
+    admin=True,
+)
+
+
+@dataclass(slots=True)
+class _Message:
+    id: str
+    body: bytes
+    added_at: float
+    state: Literal["ready", "delayed", "in_flight"] = "ready"
+    delivery_count: int = 0
+    owner: str = ""
+    # Monotonic time of the last delivery or heartbeat; idle time is measured from it.
+    touched_at: float = 0.0
+
+
+@dataclass(slots=True)
+class _Store:
+    clock: Clock
+    requires_heartbeat: bool
+    messages: dict[str, _Message] = field(default_factory=dict)
+    ready: deque[str] = field(default_factory=deque)
+    # (due monotonic time, sequence, message id) of released messages not yet due.
+    delayed: list[tuple[float, int, str]] = field(default_factory=list)
+    in_flight: dict[str, _Message] = field(default_factory=dict)
+    dead: dict[str, DeadLetter] = field(default_factory=dict)
+    consumers_seen: dict[str, float] = field(default_factory=dict)
+    sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    # Replaced by a fresh event each time it is set, so every waiter of one
+    # generation wakes once.
+    arrival: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        self.arrival.set()
+        self.arrival = asyncio.Event()
+
+
+class InMemoryQueue:
+    """A `taskrunner.queue.Queue` held in process memory.
+
+    Args:
+        clock: Measures leases and delays; defaults to the system clock.
+        requires_heartbeat: Whether leases lapse without heartbeats (default True).
+            With False, `reclaim` never returns anything.
+
+    Use `open_handle` for a second, independently closable handle on the same store,
+    as a second worker process would have on a server-backed queue.
+    """
+
+    def __init__(self, *, clock: Clock | None = None, requires_heartbeat: bool = True) -> None:
+        self._store = _Store(clock=clock or SystemClock(), requires_heartbeat=requires_heartbeat)
+        self._closed = False
+
+    @classmethod
+    def _on_store(cls, store: _Store) -> InMemoryQueue:
+        handle = cls.__new__(cls)
+        handle._store = store
+        handle._closed = False
+        return handle
+
+    def open_handle(self) -> InMemoryQueue:
+        """Another handle on the same store, closed independently of this one."""
+        return InMemoryQueue._on_store(self._store)
+
+    @property
+    def requires_heartbeat(self) -> bool:
+        """Whether leases lapse unless heartbeated (set at construction)."""
+        return self._store.requires_heartbeat
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Blocking, cancel-safe, FIFO, shared by handles of one store, not persistent."""
+        return _CAPABILITIES
+
+    # -- the contract ------------------------------------------------------------
+
+    async def add(self, bodies: Sequence[bytes]) -> list[str]:
+        """Enqueue bodies; ids are increasing decimal strings."""
+        self._check_open()
+        for body in bodies:
+            if not isinstance(body, bytes):
+                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        store = self._store
+        now = store.clock.monotonic()
+        ids = []
+        for body in bodies:
+            message_id = str(next(store.sequence))
+            store.messages[message_id] = _Message(message_id, body, now)
+            store.ready.append(message_id)
+            ids.append(message_id)
+        if ids:
+            store.notify()
+        return ids
+
+    async def receive(
+        self, consumer: str, *, max_messages: int, wait_seconds: float
+    ) -> list[Delivery]:
+        """Lease up to `max_messages` ready messages, waiting up to `wait_seconds`."""
+        _check_count(max_messages)
+        if wait_seconds < 0:
+            raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds}")
+        self._check_open()
+        store = self._store
+        deadline = store.clock.monotonic() + wait_seconds
+        while True:
+            now = store.clock.monotonic()
+            self._promote_due(now)
+            store.consumers_seen[consumer] = now
+            if store.ready:
+                return self._lease_ready(consumer, max_messages, now)
+            remaining = deadline - now
+            if remaining <= 0:
+                return []
+            if store.delayed:
+                remaining = min(remaining, store.delayed[0][0] - now)
+            await wait_event(store.clock, store.arrival, remaining)
+            self._check_open()
+
+    async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Reset the idle time of owned deliveries; report the rest."""
+        self._check_open()
+        now = self._store.clock.monotonic()
+        lost = []
+        for delivery in deliveries:
+            message = self._owned(delivery)
+            if message is None:
+                lost.append(delivery)
+            else:
+                message.touched_at = now
+                self._store.consumers_seen[message.owner] = now
+        return lost
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Complete and remove owned deliveries; report the rest."""
+        self._check_open()
+        lost = []
+        for delivery in deliveries:
+            message = self._owned(delivery)
+            if message is None:
+                lost.append(delivery)
+            else:
+                self._forget(message)
+        return lost
+
+    async def release(
+        self, deliveries: Sequence[Delivery], *, delay_seconds: float = 0.0
+    ) -> list[Delivery]:
+        """Make owned deliveries ready again after `delay_seconds`; report the rest."""
+        if delay_seconds < 0:
+            raise ValueError(f"delay_seconds must be >= 0, got {delay_seconds}")
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        lost = []
+        for delivery in deliveries:
+            message = self._owned(delivery)
+            if message is None:
+                lost.append(delivery)
+                continue
+            del store.in_flight[message.id]
+            message.owner = ""
+            if delay_seconds == 0:
+                message.state = "ready"
+                store.ready.append(message.id)
+            else:
+                message.state = "delayed"
+                heapq.heappush(
+                    store.delayed, (now + delay_seconds, next(store.sequence), message.id)
+                )
+        store.notify()
+        return lost
+
+    async def reclaim(
+        self, consumer: str, *, idle_seconds: float, max_messages: int
+    ) -> list[Delivery]:
+        """Lease to `consumer` in-flight messages idle for longer than `idle_seconds`."""
+        if idle_seconds <= 0:
+            raise ValueError(f"idle_seconds must be > 0, got {idle_seconds}")
+        _check_count(max_messages)
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        store.consumers_seen[consumer] = now
+        if not store.requires_heartbeat:
+            return []
+        lapsed = [
+            message
+            for message in store.in_flight.values()
+            if now - message.touched_at > idle_seconds
+        ][:max_messages]
+        deliveries = []
+        for message in lapsed:
+            # Re-insert so in_flight stays ordered by the latest lease grant.
+            del store.in_flight[message.id]
+            deliveries.append(self._grant(message, consumer, now))
+        return deliveries
+
+    async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
+        """Move owned deliveries to the dead-letter store; report the rest."""
+        self._check_open()
+        store = self._store
+        lost = []
+        for delivery in deliveries:
+            message = self._owned(delivery)
+            if message is None:
+                lost.append(delivery)
+                continue
+            self._forget(message)
+            dead_id = f"dead-{next(store.sequence)}"
+            store.dead[dead_id] = DeadLetter(
+                message_id=dead_id,
+                original_id=message.id,
+                body=message.body,
+                reason=reason,
+                delivery_count=message.delivery_count,
+                dead_at=store.clock.time(),
+            )
+        return lost
+
+    async def stats(self) -> QueueStats:
+        """Counts, ages and per-consumer pending counts."""
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        self._promote_due(now)
+        pending: dict[str, int] = dict.fromkeys(store.consumers_seen, 0)
+        for message in store.in_flight.values():
+            pending[message.owner] = pending.get(message.owner, 0) + 1
+        oldest_ready = store.messages[store.ready[0]].added_at if store.ready else None
+        oldest_touch = min((m.touched_at for m in store.in_flight.values()), default=None)
+        return QueueStats(
+            ready=len(store.ready) + len(store.delayed),
+            in_flight=len(store.in_flight),
+            dead=len(store.dead),
+            oldest_ready_age_seconds=None if oldest_ready is None else now - oldest_ready,
+            oldest_in_flight_age_seconds=None if oldest_touch is None else now - oldest_touch,
+            consumers=tuple(
+                ConsumerStats(
+                    name=name,
+                    pending=count,
+                    idle_seconds=now - store.consumers_seen.get(name, now),
+                )
+                for name, count in sorted(pending.items())
+            ),
+        )
+
+    async def len(self) -> int:
+        """Ready (including delayed) plus in-flight messages."""
+        self._check_open()
+        return len(self._store.messages)
+
+    async def aclose(self) -> None:
+        """Close this handle; other handles on the store stay open."""
+        if not self._closed:
+            self._closed = True
+            # Wake this handle's waiting receives so they raise QueueClosedError.
+            self._store.notify()
+
+    # -- QueueAdmin -----------------------------------------------------------------
+
+    async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        """The oldest `limit` dead letters."""
+        self._check_open()
+        return list(itertools.islice(self._store.dead.values(), limit))
+
+    async def retry_dead_letters(self, message_ids: Sequence[str] | None = None) -> list[str]:
+        """Move dead letters back to the queue as new messages."""
+        self._check_open()
+        store = self._store
+        chosen = list(store.dead) if message_ids is None else [i for i in message_ids]
+        bodies = [store.dead.pop(i).body for i in chosen if i in store.dead]
+        return await self.add(bodies)
+
+    async def purge_dead_letters(self, message_ids: Sequence[str] | None = None) -> int:
+        """Delete dead letters; returns how many."""
+        self._check_open()
+        store = self._store
+        chosen = list(store.dead) if message_ids is None else list(message_ids)
+        return sum(store.dead.pop(i, None) is not None for i in chosen)
+
+    async def purge(self) -> int:
+        """Delete every ready, delayed and in-flight message."""
+        self._check_open()
+        store = self._store
+        count = len(store.messages)
+        store.messages.clear()
+        store.ready.clear()
+        store.delayed.clear()
+        store.in_flight.clear()
+        return count
+
+    # -- test conveniences (not part of the contract; the runner never calls these) --
+
+    def ready_bodies(self) -> list[bytes]:
+        """Bodies of ready messages in delivery order (delayed ones excluded)."""
+        return [self._store.messages[i].body for i in self._store.ready]
+
+    def in_flight(self) -> dict[str, tuple[str, int]]:
+        """Message id -> (owner, delivery count) of every leased message."""
+        return {m.id: (m.owner, m.delivery_count) for m in self._store.in_flight.values()}
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """Every dead letter, oldest first."""
+        return list(self._store.dead.values())
+
+    # -- internals ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosedError("this InMemoryQueue handle was closed")
+
+    def _promote_due(self, now: float) -> None:
+        store = self._store
+        while store.delayed and store.delayed[0][0] <= now:
+            _, _, message_id = heapq.heappop(store.delayed)
+            message = store.messages.get(message_id)
+            if message is not None and message.state == "delayed":
+                message.state = "ready"
+                store.ready.append(message_id)
+
+    def _lease_ready(self, consumer: str, max_messages: int, now: float) -> list[Delivery]:
+        store = self._store
+        deliveries = []
+        while store.ready and len(deliveries) < max_messages:
+            message = store.messages[store.ready.popleft()]
+            deliveries.append(self._grant(message, consumer, now))
+        return deliveries
+
+    def _grant(self, message: _Message, consumer: str, now: float) -> Delivery:
+        message.state = "in_flight"
+        message.owner = consumer
+        message.delivery_count += 1
+        message.touched_at = now
+        self._store.in_flight[message.id] = message
+        return Delivery(
+            message_id=message.id,
+            body=message.body,
+            delivery_count=message.delivery_count,
+            receipt=Receipt(consumer=consumer, delivery_count=message.delivery_count),
+        )
+
+    def _owned(self, delivery: Delivery) -> _Message | None:
+        message = self._store.in_flight.get(delivery.message_id)
+        receipt = delivery.receipt
+        if (
+            message is None
+            or message.owner != receipt.consumer
+            or message.delivery_count != receipt.delivery_count
+        ):
+            return None
+        return message
+
+    def _forget(self, message: _Message) -> None:
+        del self._store.in_flight[message.id]
+        del self._store.messages[message.id]
+
+
+def _check_count(max_messages: int) -> None:
+    if max_messages < 1:
+        raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+
+
+# Stores opened by URL, so a producer and a worker in one process share a queue.
+_NAMED_STORES: dict[str, InMemoryQueue] = {}
+
+_URL_OPTIONS = ("requires_heartbeat",)
+
+
+async def open_from_url(url: str, *, queue_name: str, clock: Clock | None = None) -> InMemoryQueue:
+    """Open ``memory://[NAME][?requires_heartbeat=true|false]`` for queue `queue_name`.
+
+    Handles opened with the same NAME and queue name in one process share a store; the
+    first opener's clock and options win.
+
+    Raises:
+        ConfigurationError: An unknown option or a value that is not a boolean.
+    """
+    parts = urlsplit(url)
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    unknown = sorted(set(options) - set(_URL_OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown memory:// option(s) {', '.join(unknown)}; known: {', '.join(_URL_OPTIONS)}",
+            setting="url",
+        )
+    requires_heartbeat = _parse_bool(options.get("requires_heartbeat", "true"))
+    key = f"{parts.netloc}{parts.path}/{queue_name}"
+    first = _NAMED_STORES.get(key)
+    if first is None:
+        first = InMemoryQueue(clock=clock, requires_heartbeat=requires_heartbeat)
+        _NAMED_STORES[key] = first
+    return first.open_handle()
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(
+        f"requires_heartbeat must be true or false, got {text!r}", setting="requires_heartbeat"
+    )
