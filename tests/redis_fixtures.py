@@ -1,0 +1,1 @@
+"""Redis test servers: placeholder until the Redis backend lands."""
