@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
-__all__ = ["Clock", "SystemClock", "wait_event"]
+__all__ = ["Clock", "SystemClock", "wait_event", "wait_future"]
 
 
 class Clock(Protocol):
@@ -63,3 +63,19 @@ async def wait_event(clock: Clock, event: asyncio.Event, seconds: float) -> bool
         waiter.cancel()
         sleeper.cancel()
     return event.is_set()
+
+
+async def wait_future(clock: Clock, future: asyncio.Future[Any], seconds: float) -> bool:
+    """Wait until `future` is done or `seconds` pass on `clock`; never cancels `future`.
+
+    Returns:
+        True when the future finished in time, False on timeout.
+    """
+    if future.done():
+        return True
+    sleeper: asyncio.Future[Any] = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({future, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+    return future.done()

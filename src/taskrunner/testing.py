@@ -106,9 +106,7 @@ class FakeClock:
         self._now = target
         await settle()
 
-    async def run_until(
-        self, condition: Callable[[], bool], *, step: float, limit: float
-    ) -> float:
+    async def run_until(self, condition: Callable[[], bool], *, step: float, limit: float) -> float:
         """Advance in `step`s until `condition()` holds; fail after `limit` seconds.
 
         Returns:

@@ -317,7 +317,7 @@ class InMemoryQueue:
         """Move dead letters back to the queue as new messages."""
         self._check_open()
         store = self._store
-        chosen = list(store.dead) if message_ids is None else [i for i in message_ids]
+        chosen = list(store.dead) if message_ids is None else list(message_ids)
         bodies = [store.dead.pop(i).body for i in chosen if i in store.dead]
         return await self.add(bodies)
 

@@ -1,0 +1,106 @@
+"""Coalesces the acks of finished tasks into batched backend calls.
+
+Internal module. Workers call `Acker.ack` and wait for the verdict; one loop sends
+every ack queued since its last call in a single `Queue.ack`. Under load this batches
+naturally (acks pile up while the previous call is in flight) without adding latency
+when idle. While the backend is unreachable the loop keeps retrying with backoff; the
+deliveries stay in the lease table meanwhile, so the lease keeper keeps their leases
+alive, and the fenced ack reports any lease lost in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from taskrunner.clock import Clock
+from taskrunner.errors import BackendError, QueueClosedError
+from taskrunner.queue import Delivery, Queue
+from taskrunner.retry import Backoff
+
+__all__ = ["Acker"]
+
+_log = logging.getLogger("taskrunner.acker")
+
+# Most deliveries per ack call; bounds the size of one backend request.
+MAX_ACK_BATCH = 1000
+
+
+class Acker:
+    """Batches acks to `queue`.
+
+    Args:
+        queue: The backend.
+        clock: Paces retries while the backend is unreachable.
+    """
+
+    def __init__(self, queue: Queue, *, clock: Clock) -> None:
+        self._queue = queue
+        self._clock = clock
+        self._pending: list[tuple[Delivery, asyncio.Future[bool]]] = []
+        self._wake = asyncio.Event()
+        self._closing = asyncio.Event()
+
+    async def ack(self, delivery: Delivery) -> bool:
+        """Ack `delivery`; True when completed, False when its lease was lost.
+
+        Raises:
+            QueueClosedError: The queue was closed before the ack could be sent.
+        """
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.append((delivery, future))
+        self._wake.set()
+        return await future
+
+    def close(self) -> None:
+        """Finish: `run` returns once every queued ack has been sent."""
+        self._closing.set()
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Send queued acks until `close` is called and the queue is empty."""
+        backoff = Backoff()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            # One turn of the loop lets every worker finishing now join this batch.
+            await asyncio.sleep(0)
+            while self._pending:
+                batch = self._pending[:MAX_ACK_BATCH]
+                del self._pending[:MAX_ACK_BATCH]
+                try:
+                    lost = await self._queue.ack([delivery for delivery, _ in batch])
+                except QueueClosedError as exc:
+                    _fail(batch, exc)
+                    continue
+                except BackendError as exc:
+                    self._pending[:0] = [item for item in batch if not item[1].done()]
+                    delay = backoff.next_delay()
+                    _log.warning("ack failed, retrying in %.2fs: %s", delay, exc)
+                    await self._clock.sleep(delay)
+                    continue
+                except Exception as exc:
+                    # A bug in the backend fails these acks (their messages come back
+                    # after the lease) but must not end acking for the process.
+                    _log.exception("ack crashed")
+                    _fail(batch, exc)
+                    continue
+                except BaseException as exc:
+                    _fail(batch, exc)
+                    raise
+                backoff.reset()
+                lost_set = set(lost)
+                for delivery, future in batch:
+                    if not future.done():
+                        future.set_result(delivery not in lost_set)
+            if self._closing.is_set():
+                return
+
+
+def _fail(batch: list[tuple[Delivery, asyncio.Future[bool]]], exc: BaseException) -> None:
+    for _, future in batch:
+        if not future.done():
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)

@@ -1,0 +1,369 @@
+"""Runs one delivery: decode, look up, enforce retries, run, then ack, retry or give up.
+
+Internal module. The decisions, in order:
+
+1. A body larger than the size limit, a malformed envelope, an unknown task name or a
+   payload of the wrong type is a *terminal failure* at once: retrying cannot help.
+2. A delivery count above the task's allowed attempts (max_retries + 1) means earlier
+   attempts never finished (a worker crashed or lost its lease): terminal failure
+   without running the task again.
+3. Otherwise the task runs (``async def`` on the loop, plain ``def`` in a worker thread),
+   under its timeout if it has one.
+4. Success: ack (through the coalescing acker). Failure with attempts left: release with
+   exponential backoff and jitter. Failure on the last attempt: terminal failure.
+
+A terminal failure calls the failed-task handler once, or dead-letters with the reason.
+Nothing is acked, released or dead-lettered for a delivery whose lease was reported
+lost: the message belongs to another worker now. A task cancelled at shutdown gives
+its message back at once (release without delay), then lets the cancellation go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from taskrunner.acker import Acker
+from taskrunner.app import App, Task
+from taskrunner.clock import Clock, wait_future
+from taskrunner.codec import decode_envelope
+from taskrunner.config import RunnerConfig
+from taskrunner.context import _CURRENT, TaskContext
+from taskrunner.errors import (
+    BackendError,
+    MessageError,
+    QueueClosedError,
+    TaskTimeoutError,
+)
+from taskrunner.failure import TaskFailure
+from taskrunner.leases import Lease
+from taskrunner.logs import log_delivery
+from taskrunner.messages import Envelope
+from taskrunner.queue import Queue
+from taskrunner.retry import retry_delay
+from taskrunner.stats import StatsRecorder
+
+__all__ = ["Executor"]
+
+_log = logging.getLogger("taskrunner.executor")
+
+# Dead-letter reasons are for people; an exception message longer than this is cut.
+_MAX_REASON_CHARS = 2000
+
+
+class Executor:
+    """Carries one delivery from lease to a final outcome.
+
+    Args:
+        queue: The backend.
+        app: Registered tasks and the message size limit.
+        config: Retry, timeout and failure-handler settings.
+        clock: Measures durations and timeouts.
+        acker: Sends acks in batches.
+        stats: Where outcomes are counted.
+        threads: Returns the thread pool for plain ``def`` tasks (created lazily).
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        app: App,
+        config: RunnerConfig,
+        *,
+        clock: Clock,
+        acker: Acker,
+        stats: StatsRecorder,
+        threads: Callable[[], ThreadPoolExecutor],
+    ) -> None:
+        self._queue = queue
+        self._app = app
+        self._config = config
+        self._clock = clock
+        self._acker = acker
+        self._stats = stats
+        self._threads = threads
+
+    async def execute(self, lease: Lease) -> None:
+        """Run `lease`'s delivery to its outcome; never raises except cancellation."""
+        delivery = lease.delivery
+        if len(delivery.body) > self._app.max_message_bytes:
+            await self._give_up(
+                lease,
+                f"message of {len(delivery.body)} bytes exceeds max_message_bytes="
+                f"{self._app.max_message_bytes}",
+            )
+            return
+        envelope: Envelope | None = None
+        try:
+            envelope = decode_envelope(delivery.body)
+            task = self._app.get_task(envelope.task)
+            payload = task.codec.decode(envelope.payload)
+        except MessageError as exc:
+            await self._give_up(lease, str(exc), envelope=envelope, error=exc)
+            return
+        max_retries = self._config.max_retries if task.max_retries is None else task.max_retries
+        attempts = max_retries + 1
+        if delivery.delivery_count > attempts:
+            await self._give_up(
+                lease,
+                f"delivered {delivery.delivery_count} times but task {task.name!r} allows "
+                f"{attempts} attempt(s) (max_retries={max_retries}); earlier deliveries did "
+                "not finish, so a worker probably crashed or lost its lease while running it",
+                envelope=envelope,
+            )
+            return
+        context = TaskContext(
+            task_name=task.name,
+            task_id=envelope.id,
+            message_id=delivery.message_id,
+            delivery_count=delivery.delivery_count,
+            max_attempts=attempts,
+            consumer=delivery.receipt.consumer,
+            headers=dict(envelope.headers),
+        )
+        started = self._clock.monotonic()
+        try:
+            await self._run(lease, task, payload, context)
+        except asyncio.CancelledError:
+            await self._release_after_cancel(lease, task.name)
+            raise
+        except Exception as exc:
+            self._stats.attempt_finished(task.name, self._clock.monotonic() - started, ok=False)
+            await self._failed(lease, envelope, task, exc, attempts)
+        else:
+            self._stats.attempt_finished(task.name, self._clock.monotonic() - started, ok=True)
+            await self._complete(lease, task.name)
+
+    async def _run(self, lease: Lease, task: Task[Any], payload: Any, context: TaskContext) -> None:
+        args = (payload,) if task.takes_payload else ()
+        timeout = task.timeout_seconds or self._config.timeout_seconds
+        token = _CURRENT.set(context)
+        try:
+            if task.is_async:
+                if timeout is None:
+                    await task.func(*args)
+                    return
+                # A child task, so a timeout on the injected clock can cancel it alone.
+                child = asyncio.ensure_future(task.func(*args))
+                if not await wait_future(self._clock, child, timeout):
+                    await _cancel_and_wait(child)
+                    raise TaskTimeoutError(f"task {task.name!r} timed out after {timeout:g}s")
+                child.result()
+                return
+            call = contextvars.copy_context().run
+            future = asyncio.get_running_loop().run_in_executor(
+                self._threads(), call, task.func, *args
+            )
+            if timeout is not None and not await wait_future(self._clock, future, timeout):
+                # A thread cannot be interrupted: the attempt counts as failed now, and
+                # the worker slot stays taken until the thread returns.
+                lease.thread = future
+                raise TaskTimeoutError(f"task {task.name!r} timed out after {timeout:g}s")
+            await future
+        finally:
+            _CURRENT.reset(token)
+
+    async def _complete(self, lease: Lease, task_name: str) -> None:
+        delivery = lease.delivery
+        if lease.lost:
+            log_delivery(
+                _log,
+                logging.WARNING,
+                "finished after its lease was lost; not acked",
+                delivery=delivery,
+                task=task_name,
+            )
+            return
+        try:
+            completed = await self._acker.ack(delivery)
+        except QueueClosedError as exc:
+            log_delivery(
+                _log, logging.ERROR, "could not ack: %s", exc, delivery=delivery, task=task_name
+            )
+            return
+        if not completed:
+            self._lease_lost_on_reply(lease, "ack", task_name)
+
+    async def _failed(
+        self,
+        lease: Lease,
+        envelope: Envelope,
+        task: Task[Any],
+        error: Exception,
+        attempts: int,
+    ) -> None:
+        delivery = lease.delivery
+        if lease.lost:
+            log_delivery(
+                _log,
+                logging.WARNING,
+                "failed after its lease was lost; left to the new owner",
+                delivery=delivery,
+                task=task.name,
+                exc_info=error,
+            )
+            return
+        description = _describe(error)
+        if delivery.delivery_count >= attempts:
+            await self._give_up(
+                lease,
+                f"attempt {delivery.delivery_count} of {attempts} failed: {description}",
+                envelope=envelope,
+                error=error,
+            )
+            return
+        delay = retry_delay(
+            delivery.delivery_count,
+            base_seconds=self._config.retry_base_seconds,
+            max_seconds=self._config.retry_max_seconds,
+        )
+        try:
+            lost = await self._queue.release([delivery], delay_seconds=delay)
+        except BackendError as exc:
+            log_delivery(
+                _log,
+                logging.ERROR,
+                "attempt failed (%s) and the release failed too (%s); "
+                "it will be redelivered when its lease lapses",
+                description,
+                exc,
+                delivery=delivery,
+                task=task.name,
+            )
+            return
+        if lost:
+            self._lease_lost_on_reply(lease, "release", task.name)
+            return
+        self._stats.retried(task.name)
+        log_delivery(
+            _log,
+            logging.WARNING,
+            "attempt %d of %d failed, retrying in %.1fs: %s",
+            delivery.delivery_count,
+            attempts,
+            delay,
+            description,
+            delivery=delivery,
+            task=task.name,
+            exc_info=error,
+        )
+
+    async def _give_up(
+        self,
+        lease: Lease,
+        reason: str,
+        *,
+        envelope: Envelope | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        delivery = lease.delivery
+        task_name = None if envelope is None else envelope.task
+        if lease.lost:
+            return
+        handler = self._config.failed_task_handler
+        if handler is not None:
+            failure = TaskFailure(delivery=delivery, reason=reason, envelope=envelope, error=error)
+            try:
+                await _call_handler(handler, failure)
+            except Exception as exc:
+                reason = f"{reason}; the failed-task handler raised {_describe(exc)}"
+                log_delivery(
+                    _log,
+                    logging.ERROR,
+                    "failed-task handler raised; dead-lettering instead",
+                    delivery=delivery,
+                    task=task_name,
+                    exc_info=exc,
+                )
+            else:
+                self._stats.handled += 1
+                await self._complete(lease, task_name or "-")
+                return
+        try:
+            lost = await self._queue.dead_letter([delivery], reason=reason)
+        except BackendError as exc:
+            log_delivery(
+                _log,
+                logging.ERROR,
+                "could not dead-letter (%s): %s; it will be redelivered when its lease lapses",
+                exc,
+                reason,
+                delivery=delivery,
+                task=task_name,
+            )
+            return
+        if lost:
+            self._lease_lost_on_reply(lease, "dead_letter", task_name)
+            return
+        self._stats.dead_lettered(task_name)
+        log_delivery(
+            _log, logging.ERROR, "dead-lettered: %s", reason, delivery=delivery, task=task_name
+        )
+
+    async def _release_after_cancel(self, lease: Lease, task_name: str) -> None:
+        if lease.lost:
+            return
+        try:
+            await self._queue.release([lease.delivery], delay_seconds=0)
+        except (BackendError, asyncio.CancelledError) as exc:
+            log_delivery(
+                _log,
+                logging.WARNING,
+                "cancelled; could not release (%r), it will be redelivered when its lease lapses",
+                exc,
+                delivery=lease.delivery,
+                task=task_name,
+            )
+        else:
+            log_delivery(
+                _log,
+                logging.WARNING,
+                "cancelled at shutdown; released for redelivery",
+                delivery=lease.delivery,
+                task=task_name,
+            )
+
+    def _lease_lost_on_reply(self, lease: Lease, operation: str, task_name: str | None) -> None:
+        if not lease.lost:
+            lease.lost = True
+            self._stats.lease_lost += 1
+        log_delivery(
+            _log,
+            logging.WARNING,
+            "%s reported the lease lost; another worker owns the message now",
+            operation,
+            delivery=lease.delivery,
+            task=task_name,
+        )
+
+
+async def _call_handler(handler: Callable[[TaskFailure], Any], failure: TaskFailure) -> None:
+    if inspect.iscoroutinefunction(handler):
+        await handler(failure)
+        return
+    # A plain function may block; run it off the loop so it cannot stall the workers.
+    result = await asyncio.to_thread(handler, failure)
+    if inspect.isawaitable(result):
+        await result
+
+
+async def _cancel_and_wait(child: asyncio.Future[Any]) -> None:
+    child.cancel()
+    try:
+        await child
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # the child's own error after its cancellation is moot
+        pass
+
+
+def _describe(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= _MAX_REASON_CHARS else text[:_MAX_REASON_CHARS] + "..."

@@ -1,0 +1,101 @@
+"""A fetcher: the loop that leases batches from the backend for the worker pool.
+
+Internal module. Each fetcher has its own consumer name. Before each receive it
+reserves free workers and asks for at most that many messages, so every leased message
+starts at once (a leased message never waits unheartbeated behind a full pool). An
+unreachable backend is retried with backoff; any other crash of the loop is logged and
+the loop restarts after a growing delay, so the number of fetchers stays constant
+until shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from taskrunner.clock import Clock, wait_event
+from taskrunner.errors import BackendError
+from taskrunner.pool import WorkerPool
+from taskrunner.queue import Delivery, Queue
+from taskrunner.retry import Backoff
+
+__all__ = ["Fetcher", "HandOver"]
+
+_log = logging.getLogger("taskrunner.fetcher")
+
+HandOver = Callable[[list[Delivery], int], None]
+"""Receives a batch and the number of workers reserved for it (>= len(batch))."""
+
+
+class Fetcher:
+    """Receives for one consumer name and hands deliveries to the pool.
+
+    Args:
+        queue: The backend.
+        pool: Worker capacity to reserve from.
+        consumer: This fetcher's consumer name.
+        hand_over: Starts the deliveries and returns unused reservations.
+        batch_size: Most messages per receive (adjustable at run time).
+        wait_seconds: How long one receive waits for a first message.
+        clock: Paces backoff.
+        stopping: Set when the runner shuts down.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        pool: WorkerPool,
+        *,
+        consumer: str,
+        hand_over: HandOver,
+        batch_size: int,
+        wait_seconds: float,
+        clock: Clock,
+        stopping: asyncio.Event,
+    ) -> None:
+        self.consumer = consumer
+        self.batch_size = batch_size
+        self._queue = queue
+        self._pool = pool
+        self._hand_over = hand_over
+        self._wait_seconds = wait_seconds
+        self._clock = clock
+        self._stopping = stopping
+        self.receiving = False
+
+    async def run(self) -> None:
+        """Fetch until shutdown, restarting the loop after a crash."""
+        crashes = Backoff(base_seconds=0.5, max_seconds=30.0)
+        while not self._stopping.is_set():
+            try:
+                await self._fetch_until_stopped()
+            except Exception:
+                delay = crashes.next_delay()
+                _log.exception("fetcher %s crashed; restarting in %.1fs", self.consumer, delay)
+                await wait_event(self._clock, self._stopping, delay)
+
+    async def _fetch_until_stopped(self) -> None:
+        unavailable = Backoff()
+        while not self._stopping.is_set():
+            reserved = await self._pool.reserve(self.batch_size)
+            if not reserved:
+                return
+            try:
+                self.receiving = True
+                deliveries = await self._queue.receive(
+                    self.consumer, max_messages=reserved, wait_seconds=self._wait_seconds
+                )
+            except BackendError as exc:
+                self._pool.unreserve(reserved)
+                delay = unavailable.next_delay()
+                _log.warning("receive failed, retrying in %.2fs: %s", delay, exc)
+                await wait_event(self._clock, self._stopping, delay)
+                continue
+            except BaseException:
+                self._pool.unreserve(reserved)
+                raise
+            finally:
+                self.receiving = False
+            unavailable.reset()
+            self._hand_over(deliveries, reserved)

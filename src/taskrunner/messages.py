@@ -1,0 +1,42 @@
+"""The wire format: one versioned envelope around every task payload.
+
+Internal module; the public names are re-exported by `taskrunner`.
+
+The envelope carries the task name and the payload as raw JSON, so the executor can
+decode the payload against the *task's* declared type after looking the task up. The
+``v`` tag versions the format: a future incompatible envelope gets a new tag and both
+decode as a union. Fields are only ever added with defaults, and unknown fields are
+ignored, so a rolling upgrade never breaks decoding.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["Envelope"]
+
+
+class Envelope(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    omit_defaults=True,
+    tag_field="v",
+    tag=1,
+):
+    """What travels through every backend as the message body.
+
+    Attributes:
+        id: Task id: a random hex string, the same for every delivery of this task and
+            kept when a dead letter is retried (backend message ids are not).
+        task: Registered name of the task to run.
+        payload: The payload as JSON, decoded only once the task (and its type) is known.
+        enqueued_at: Wall-clock time of dispatch, Unix seconds.
+        headers: Free-form string metadata (trace context, correlation ids).
+    """
+
+    id: str
+    task: str
+    payload: msgspec.Raw
+    enqueued_at: float
+    headers: dict[str, str] = {}

@@ -1,0 +1,332 @@
+"""The worker: fetchers, a worker pool, a lease keeper, a reclaimer and an acker.
+
+Example::
+
+    async with taskrunner.open_queue("redis://localhost:6379/0", app.queue) as queue:
+        runner = taskrunner.Runner(queue, app, taskrunner.RunnerConfig(num_workers=50))
+        await runner.run()            # until runner.stop(); burst=True: until empty
+
+Structure: one `asyncio.TaskGroup` owns every loop and every running task, so nothing
+outlives `Runner.run` and an unexpected error anywhere is never silently dropped.
+
+Shutdown (`Runner.stop`, or the CLI on SIGTERM/SIGINT): stop fetching (receives in
+progress are awaited, or cancelled where the backend says that is safe), release
+anything leased after that, let running tasks finish for up to
+``drain_timeout_seconds``, then cancel the rest, which release their messages for
+immediate redelivery. Acks still queued are sent before `run` returns. A second
+`stop` skips the drain. Nothing is lost: every message is acked, released, or left
+leased to lapse and be reclaimed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+from taskrunner.acker import Acker
+from taskrunner.app import App
+from taskrunner.clock import Clock, SystemClock, wait_event
+from taskrunner.config import RunnerConfig
+from taskrunner.errors import BackendError
+from taskrunner.executor import Executor
+from taskrunner.fetcher import Fetcher
+from taskrunner.heartbeat import LeaseKeeper
+from taskrunner.leases import Lease, LeaseTable
+from taskrunner.pool import WorkerPool
+from taskrunner.queue import Delivery, Queue
+from taskrunner.reclaimer import Reclaimer
+from taskrunner.stats import RunnerStats, StatsRecorder
+
+__all__ = ["Runner"]
+
+_log = logging.getLogger("taskrunner.runner")
+
+# In burst mode: how long a receive waits, and how often the queue is checked for
+# emptiness. Short, so the run ends soon after the last message.
+_BURST_POLL_SECONDS = 0.1
+
+
+class Runner:
+    """Runs the tasks of `app` from `queue` until stopped.
+
+    Guarantees:
+
+    * A fetcher never leases more messages than the pool can start at once.
+    * While a task runs, its lease is heartbeated (when the queue requires it); a
+      lease reported lost is never acked afterwards, and the loss is logged and
+      counted in `stats`.
+    * Each message is acked, retried (released with backoff), handed to the
+      failed-task handler once, or dead-lettered with a reason; none is dropped.
+    * `run` returns only after every task it started has finished or been cancelled
+      and its message acked or released.
+
+    Args:
+        queue: The backend to consume.
+        app: The tasks to run.
+        config: Settings; defaults to `RunnerConfig()`.
+        clock: Time source for every loop; tests pass a `FakeClock`.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        app: App,
+        config: RunnerConfig | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config or RunnerConfig()
+        self._queue = queue
+        self._app = app
+        self._clock = clock or SystemClock()
+        prefix = self.config.consumer_prefix or f"{app.queue}:{socket.gethostname()}"
+        # pid + random suffix: a restarted process never inherits a dead one's leases.
+        self._incarnation = f"{prefix}:{os.getpid()}-{secrets.token_hex(3)}"
+        self._stats = StatsRecorder()
+        self._pool = WorkerPool(self.config.initial_workers)
+        self._leases = LeaseTable()
+        self._acker = Acker(queue, clock=self._clock)
+        self._threads: ThreadPoolExecutor | None = None
+        self._executor = Executor(
+            queue,
+            app,
+            self.config,
+            clock=self._clock,
+            acker=self._acker,
+            stats=self._stats,
+            threads=self._thread_pool,
+        )
+        self._stop_requested = asyncio.Event()
+        self._force = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+        self._tg: asyncio.TaskGroup | None = None
+        self._started = False
+        self.fetchers: list[Fetcher] = []
+
+    @property
+    def consumer_names(self) -> list[str]:
+        """Consumer names of the fetchers and the reclaimer, unique to this run."""
+        return [f"{self._incarnation}:f{i}" for i in range(self.config.num_fetchers)] + [
+            f"{self._incarnation}:r"
+        ]
+
+    @property
+    def pool(self) -> WorkerPool:
+        """The worker pool (tuning mode resizes it)."""
+        return self._pool
+
+    async def wait_ready(self) -> None:
+        """Wait until every loop of `run` has started."""
+        await self._ready.wait()
+
+    def stop(self) -> None:
+        """Ask `run` to shut down gracefully; a second call skips the drain."""
+        if self._stop_requested.is_set():
+            self._force.set()
+            self._idle.set()
+        self._stop_requested.set()
+
+    def stats(self) -> RunnerStats:
+        """Counters and pool figures of this runner, as of now."""
+        return self._stats.snapshot(
+            in_flight=len(self._leases), workers=self._pool.capacity, busy=self._pool.busy
+        )
+
+    async def run(self, *, burst: bool = False) -> None:
+        """Process messages until `stop` is called (or, with `burst`, the queue is empty).
+
+        Raises:
+            RuntimeError: The runner was already run; create a new one.
+        """
+        if self._started:
+            raise RuntimeError("a Runner runs once; create a new Runner to run again")
+        self._started = True
+        config = self.config
+        wait_seconds = (
+            min(config.block_seconds, _BURST_POLL_SECONDS) if burst else (config.block_seconds)
+        )
+        names = self.consumer_names
+        self.fetchers = [
+            Fetcher(
+                self._queue,
+                self._pool,
+                consumer=names[i],
+                hand_over=self._received,
+                batch_size=config.batch_size,
+                wait_seconds=wait_seconds,
+                clock=self._clock,
+                stopping=self._stopping,
+            )
+            for i in range(config.num_fetchers)
+        ]
+        heartbeats = self._queue.requires_heartbeat
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                acker = tg.create_task(self._acker.run(), name="taskrunner:acker")
+                background: list[asyncio.Task[None]] = []
+                reclaimer: asyncio.Task[None] | None = None
+                if heartbeats:
+                    background.append(
+                        tg.create_task(self._lease_keeper().run(), name="taskrunner:heartbeat")
+                    )
+                    reclaimer = tg.create_task(
+                        self._reclaimer(names[-1]).run(), name="taskrunner:reclaimer"
+                    )
+                fetchers = [
+                    tg.create_task(f.run(), name=f"taskrunner:fetcher:{i}")
+                    for i, f in enumerate(self.fetchers)
+                ]
+                if burst:
+                    background.append(tg.create_task(self._watch_burst(), name="taskrunner:burst"))
+                self._ready.set()
+                _log.info(
+                    "worker started: queue %r, %d fetcher(s), %d worker(s), consumers %s",
+                    self._app.queue,
+                    config.num_fetchers,
+                    self._pool.capacity,
+                    self._incarnation,
+                )
+                await self._stop_requested.wait()
+                await self._shut_down(fetchers, reclaimer)
+                self._acker.close()
+                await acker
+                for task in background:
+                    task.cancel()
+        finally:
+            if self._threads is not None:
+                self._threads.shutdown(wait=False, cancel_futures=True)
+            _log.info("worker stopped: %s", self.stats())
+
+    def _lease_keeper(self) -> LeaseKeeper:
+        return LeaseKeeper(
+            self._queue,
+            self._leases,
+            clock=self._clock,
+            interval_seconds=self.config.heartbeat_seconds,
+            lease_seconds=self.config.lease_seconds,
+            stats=self._stats,
+        )
+
+    def _reclaimer(self, consumer: str) -> Reclaimer:
+        return Reclaimer(
+            self._queue,
+            self._pool,
+            consumer=consumer,
+            hand_over=self._reclaimed,
+            batch_size=self.config.batch_size,
+            interval_seconds=self.config.reclaim_seconds,
+            lease_seconds=self.config.lease_seconds,
+            clock=self._clock,
+            stopping=self._stopping,
+        )
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(
+                max_workers=self.config.most_workers, thread_name_prefix="taskrunner-worker"
+            )
+        return self._threads
+
+    def _received(self, deliveries: list[Delivery], reserved: int) -> None:
+        self._stats.received += len(deliveries)
+        self._start(deliveries, reserved)
+
+    def _reclaimed(self, deliveries: list[Delivery], reserved: int) -> None:
+        self._stats.reclaimed += len(deliveries)
+        self._start(deliveries, reserved)
+
+    def _start(self, deliveries: list[Delivery], reserved: int) -> None:
+        assert self._tg is not None
+        if self._stopping.is_set():
+            # Leased after shutdown began: give them back unstarted.
+            self._pool.unreserve(reserved)
+            if deliveries:
+                self._track(self._tg.create_task(self._give_back(deliveries)))
+            return
+        now = self._clock.monotonic()
+        for delivery in deliveries:
+            self._pool.start()
+            lease = self._leases.add(delivery, now)
+            self._track(self._tg.create_task(self._run_one(lease)))
+        self._pool.unreserve(reserved - len(deliveries))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._running.add(task)
+        self._idle.clear()
+
+    def _untrack(self) -> None:
+        current = asyncio.current_task()
+        if current is not None:
+            self._running.discard(current)
+        if not self._running:
+            self._idle.set()
+
+    async def _run_one(self, lease: Lease) -> None:
+        try:
+            await self._executor.execute(lease)
+            if lease.thread is not None and not lease.thread.done():
+                # The worker slot stays taken until a timed-out thread really returns.
+                await asyncio.wait({lease.thread})
+        finally:
+            self._leases.remove(lease)
+            self._pool.finish()
+            self._untrack()
+
+    async def _give_back(self, deliveries: list[Delivery]) -> None:
+        try:
+            await self._queue.release(deliveries, delay_seconds=0)
+        except BackendError as exc:
+            _log.warning(
+                "could not release %d unstarted deliveries (%s); they will be redelivered "
+                "when their leases lapse",
+                len(deliveries),
+                exc,
+            )
+        finally:
+            self._untrack()
+
+    async def _shut_down(
+        self, fetchers: list[asyncio.Task[None]], reclaimer: asyncio.Task[None] | None
+    ) -> None:
+        self._stopping.set()
+        self._pool.close()
+        cancel_safe = self._queue.capabilities.cancel_safe_receive
+        for fetcher, task in zip(self.fetchers, fetchers, strict=True):
+            if cancel_safe or not fetcher.receiving:
+                task.cancel()
+        waiting = [*fetchers, *([reclaimer] if reclaimer is not None else [])]
+        await asyncio.wait(waiting)
+        if self._running and not self._force.is_set():
+            _log.info(
+                "draining %d running task(s) for up to %.1fs",
+                len(self._running),
+                self.config.drain_timeout_seconds,
+            )
+            await wait_event(self._clock, self._idle, self.config.drain_timeout_seconds)
+        if self._running:
+            _log.warning("cancelling %d task(s) still running", len(self._running))
+            running = list(self._running)
+            for task in running:
+                task.cancel()
+            await asyncio.wait(running)
+
+    async def _watch_burst(self) -> None:
+        while True:
+            if not self._running:
+                try:
+                    if await self._queue.len() == 0:
+                        _log.info("burst: queue is empty, stopping")
+                        self.stop()
+                        return
+                except BackendError as exc:
+                    _log.warning("burst: could not read the queue length: %s", exc)
+            if await wait_event(self._clock, self._stop_requested, _BURST_POLL_SECONDS):
+                return

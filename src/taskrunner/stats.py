@@ -1,0 +1,147 @@
+"""Counters and timings of one runner, and the snapshots users read.
+
+Internal module; `RunnerStats` and `TaskStats` are public through `taskrunner`.
+Durations are float seconds (sub-millisecond tasks are not rounded to zero) and
+averaged with an exponentially weighted moving average, so the average follows
+changes in task duration within a few dozen executions instead of a day.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["RunnerStats", "StatsRecorder", "TaskStats"]
+
+# Weight of the newest sample in the moving average of durations.
+_EWMA_WEIGHT = 0.1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStats:
+    """Per-task counts since the runner started.
+
+    Attributes:
+        succeeded: Attempts that returned normally.
+        failed: Attempts that raised or timed out.
+        retried: Failed attempts released for a retry.
+        dead_lettered: Messages of this task moved to the dead-letter store.
+        average_seconds: Moving average of attempt durations; None before the first.
+    """
+
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    average_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunnerStats:
+    """A snapshot of one runner's statistics.
+
+    Attributes:
+        received: Deliveries leased by the fetchers.
+        reclaimed: Deliveries taken over by the reclaimer.
+        succeeded: Attempts that returned normally (and were acked or found lost).
+        failed: Attempts that raised or timed out.
+        retried: Failed attempts released for a later retry.
+        dead_lettered: Messages moved to the dead-letter store by this runner.
+        handled: Terminal failures a custom failed-task handler dealt with.
+        lease_lost: Deliveries whose lease was found lost while this runner held them.
+        in_flight: Deliveries leased and not yet finished.
+        workers: Current pool size.
+        busy: Workers running a task now.
+        average_seconds: Moving average of attempt durations over all tasks.
+        tasks: Per-task statistics by task name.
+    """
+
+    received: int = 0
+    reclaimed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    handled: int = 0
+    lease_lost: int = 0
+    in_flight: int = 0
+    workers: int = 0
+    busy: int = 0
+    average_seconds: float | None = None
+    tasks: dict[str, TaskStats] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _TaskCounters:
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    average_seconds: float | None = None
+
+
+def _blend(average: float | None, sample: float) -> float:
+    return sample if average is None else average + _EWMA_WEIGHT * (sample - average)
+
+
+class StatsRecorder:
+    """Mutable counters the runner's loops update; read through `snapshot`."""
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.reclaimed = 0
+        self.handled = 0
+        self.lease_lost = 0
+        self.average_seconds: float | None = None
+        self._tasks: dict[str, _TaskCounters] = {}
+
+    def _task(self, name: str) -> _TaskCounters:
+        counters = self._tasks.get(name)
+        if counters is None:
+            counters = self._tasks[name] = _TaskCounters()
+        return counters
+
+    def attempt_finished(self, task: str, seconds: float, *, ok: bool) -> None:
+        """Record one attempt of `task` that took `seconds`."""
+        counters = self._task(task)
+        if ok:
+            counters.succeeded += 1
+        else:
+            counters.failed += 1
+        counters.average_seconds = _blend(counters.average_seconds, seconds)
+        self.average_seconds = _blend(self.average_seconds, seconds)
+
+    def retried(self, task: str) -> None:
+        """Record a failed attempt released for a retry."""
+        self._task(task).retried += 1
+
+    def dead_lettered(self, task: str | None) -> None:
+        """Record a message dead-lettered (task None: the body named no task)."""
+        self._task(task or "<malformed>").dead_lettered += 1
+
+    def snapshot(self, *, in_flight: int, workers: int, busy: int) -> RunnerStats:
+        """Freeze the counters, with the pool figures the caller supplies."""
+        tasks = {
+            name: TaskStats(
+                succeeded=c.succeeded,
+                failed=c.failed,
+                retried=c.retried,
+                dead_lettered=c.dead_lettered,
+                average_seconds=c.average_seconds,
+            )
+            for name, c in self._tasks.items()
+        }
+        return RunnerStats(
+            received=self.received,
+            reclaimed=self.reclaimed,
+            succeeded=sum(t.succeeded for t in tasks.values()),
+            failed=sum(t.failed for t in tasks.values()),
+            retried=sum(t.retried for t in tasks.values()),
+            dead_lettered=sum(t.dead_lettered for t in tasks.values()),
+            handled=self.handled,
+            lease_lost=self.lease_lost,
+            in_flight=in_flight,
+            workers=workers,
+            busy=busy,
+            average_seconds=self.average_seconds,
+            tasks=tasks,
+        )
