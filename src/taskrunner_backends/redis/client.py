@@ -1,0 +1,119 @@
+"""A thin command layer over a redis-py asyncio connection pool (internal).
+
+Why not ``client.execute_command``: redis-py post-processes replies with per-command
+callbacks whose output depends on the client's protocol (RESP2/RESP3),
+``decode_responses`` and ``legacy_responses`` settings, drops duplicate stream fields
+into dicts, and retries failed commands on its own. This backend needs the raw
+reply (bytes, every field), per-call read timeouts longer than a ``BLOCK``, and no
+hidden retries of non-idempotent commands. So it borrows a connection from the
+client's pool, sends the command and reads the raw reply itself.
+
+A connection whose reply was not read completely (error, timeout or cancellation)
+is disconnected before it goes back to the pool, so a late reply can never be read
+as the answer to another command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+import redis.exceptions as rx
+
+from .errors import translate_errors
+from .scripts import Script
+
+__all__ = ["Arg", "RawClient"]
+
+Arg = str | bytes | int | float
+
+
+class RawClient:
+    """Sends commands over connections of `client`'s pool and returns raw replies."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self.client = client
+        self._pool = client.connection_pool
+        # redis-py < 5.3 requires a command name here; later versions warn about it.
+        parameters = inspect.signature(self._pool.get_connection).parameters
+        command = parameters.get("command_name")
+        self._legacy_get = command is not None and command.default is inspect.Parameter.empty
+
+    async def _acquire(self) -> Any:
+        if self._legacy_get:
+            return await self._pool.get_connection("_")  # type: ignore[no-untyped-call]
+        return await self._pool.get_connection()  # type: ignore[no-untyped-call]
+
+    async def call(self, action: str, *args: Arg, read_timeout: float | None = None) -> Any:
+        """Run one command; `read_timeout` (seconds) overrides the socket timeout of the read.
+
+        Raises:
+            BackendUnavailableError: Connection refused or lost, or no reply within
+                `read_timeout`.
+            BackendError: The server replied with an error.
+        """
+        replies = await self.pipeline(action, [args], read_timeout=read_timeout)
+        reply = replies[0]
+        if isinstance(reply, Exception):
+            with translate_errors(action):
+                raise reply
+        return reply
+
+    async def pipeline(
+        self, action: str, commands: Sequence[Sequence[Arg]], *, read_timeout: float | None = None
+    ) -> list[Any]:
+        """Send `commands` in one write and read one reply each (errors are returned).
+
+        Replies that are server errors come back as `redis.exceptions.ResponseError`
+        instances in the list; connection problems raise.
+        """
+        with translate_errors(action):
+            connection = await self._acquire()
+            clean = False
+            try:
+                await connection.send_packed_command(
+                    connection.pack_commands([tuple(c) for c in commands])
+                )
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        if read_timeout is None:
+                            reply = await connection.read_response(disable_decoding=True)
+                        else:
+                            # Our own deadline instead of read_response(timeout=...), which
+                            # reports expiry as a None reply, indistinguishable from a
+                            # BLOCK that timed out.
+                            async with asyncio.timeout(read_timeout):
+                                reply = await connection.read_response(
+                                    disable_decoding=True, timeout=math.inf
+                                )
+                    except rx.ResponseError as exc:
+                        reply = exc
+                    replies.append(reply)
+                clean = True
+                return replies
+            finally:
+                if not clean:
+                    await connection.disconnect(nowait=True)
+                await self._pool.release(connection)
+
+    async def run_script(
+        self, action: str, script: Script, keys: Sequence[str], args: Sequence[Arg]
+    ) -> Any:
+        """EVALSHA `script`, loading it first if the server does not know it (NOSCRIPT)."""
+        command: list[Arg] = ["EVALSHA", script.sha, len(keys), *keys, *args]
+        reply = (await self.pipeline(action, [command]))[0]
+        if isinstance(reply, rx.NoScriptError) or (
+            isinstance(reply, rx.ResponseError) and str(reply).startswith("NOSCRIPT")
+        ):
+            # The server restarted or SCRIPT FLUSH ran since the script was loaded.
+            await self.call(action, "SCRIPT", "LOAD", script.source)
+            reply = (await self.pipeline(action, [command]))[0]
+        if isinstance(reply, Exception):
+            with translate_errors(action):
+                raise reply
+        return reply

@@ -1,0 +1,138 @@
+-- Fenced lease operations: heartbeat, ack, release, dead-letter.
+--
+-- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream
+-- ARGV: 1 op ("heartbeat" | "ack" | "release" | "dead"), 2 group,
+--       3 reason (dead) or delay in ms (release), 4 "1" when the server has XACKDEL,
+--       then 6 per delivery: entry id, consumer, expected PEL delivery count,
+--       message id, reported delivery count, body override ("=" .. bytes, or "")
+-- Returns one status per delivery: 1 done, 0 lease lost (nothing touched),
+--       2 lease lost because the payload was gone (a dead letter records it).
+--
+-- The check and the action run in one script, so no claim can slip between them.
+-- XCLAIM checks no owner and XACK is silent; the XPENDING probe is the fence.
+
+local stream, dead, delayed, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local op, group, arg, has_xackdel = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
+local GONE = 'payload removed from the stream while pending'
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Current lease: pending, owned by `consumer`, and not redelivered since the
+-- receipt was issued (the delivery count is the epoch; it defeats ABA).
+local function owned(id, consumer, count)
+  local p = redis.pcall('XPENDING', stream, group, id, id, 1)
+  if type(p) ~= 'table' or p.err or #p == 0 then
+    return false
+  end
+  return p[1][2] == consumer and tonumber(p[1][4]) == tonumber(count)
+end
+
+local function fields_of(id)
+  local r = redis.call('XRANGE', stream, id, id)
+  if #r == 0 then
+    return nil
+  end
+  return r[1][2]
+end
+
+local function body_of(fields)
+  if fields then
+    for i = 1, #fields, 2 do
+      if fields[i] == 'b' then
+        return fields[i + 1]
+      end
+    end
+  end
+  return ''
+end
+
+-- Delete-on-ack: the entry leaves the PEL and the stream together.
+local function complete(id)
+  if has_xackdel then
+    local r = redis.call('XACKDEL', stream, group, 'IDS', 1, id)
+    -- Reply codes differ between servers; make sure the PEL entry is gone.
+    if r[1] ~= 1 then
+      redis.call('XACK', stream, group, id)
+      redis.call('XDEL', stream, id)
+    end
+  else
+    redis.call('XACK', stream, group, id)
+    redis.call('XDEL', stream, id)
+  end
+end
+
+local function bury(body, reason, message_id, count, when)
+  redis.call('XADD', dead, '*', 'b', body, 'r', reason, 'o', message_id, 'c', count, 't', when)
+end
+
+local result = {}
+local now = nil
+for i = 5, #ARGV, 6 do
+  local id, consumer, count = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local message_id, reported, override = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+  local status = 0
+  if owned(id, consumer, count) then
+    now = now or now_ms()
+    if op == 'heartbeat' then
+      -- JUSTID: idle resets to 0, the delivery count stays.
+      local claimed = redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
+      if #claimed == 0 then
+        -- 7.0+: XCLAIM drops a PEL entry whose payload was deleted; record why.
+        bury('', GONE, message_id, reported, now)
+        status = 2
+      else
+        status = 1
+      end
+    elseif op == 'ack' then
+      complete(id)
+      status = 1
+    elseif op == 'release' then
+      local fields = fields_of(id)
+      if fields == nil then
+        redis.call('XACK', stream, group, id)
+        bury('', GONE, message_id, reported, now)
+        status = 2
+      else
+        -- The message comes back as a new entry that remembers its id (i) and its
+        -- delivery count so far (n), so the next delivery reports count + 1.
+        local copy = {}
+        for j = 1, #fields, 2 do
+          if fields[j] ~= 'i' and fields[j] ~= 'n' then
+            copy[#copy + 1] = fields[j]
+            copy[#copy + 1] = fields[j + 1]
+          end
+        end
+        copy[#copy + 1] = 'i'
+        copy[#copy + 1] = message_id
+        copy[#copy + 1] = 'n'
+        copy[#copy + 1] = reported
+        local delay = tonumber(arg)
+        if delay <= 0 then
+          redis.call('XADD', stream, '*', unpack(copy))
+        else
+          local parked_id = redis.call('XADD', parked, '*', unpack(copy))
+          redis.call('ZADD', delayed, now + delay, parked_id)
+        end
+        complete(id)
+        status = 1
+      end
+    elseif op == 'dead' then
+      local body
+      if string.sub(override, 1, 1) == '=' then
+        body = string.sub(override, 2)
+      else
+        body = body_of(fields_of(id))
+      end
+      complete(id)
+      bury(body, arg, message_id, reported, now)
+      status = 1
+    else
+      return redis.error_reply('ERR unknown fenced operation ' .. tostring(op))
+    end
+  end
+  result[#result + 1] = status
+end
+return result

@@ -1,0 +1,40 @@
+-- Promote due delayed messages, then lease new entries without blocking.
+--
+-- KEYS: 1 stream, 2 dead-letter stream (unused), 3 delayed zset, 4 parked stream
+-- ARGV: 1 group, 2 consumer, 3 count, 4 most delayed messages to promote
+-- Returns {ms until the next delayed message is due or -1, id, fields, id, fields, ...}
+--
+-- Promotion and the read share one script so a due message is readable by the same
+-- call; the blocking wait happens outside (BLOCK is ignored inside scripts).
+
+local stream, delayed, parked = KEYS[1], KEYS[3], KEYS[4]
+local group, consumer, count, limit = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
+for _, parked_id in ipairs(due) do
+  local r = redis.call('XRANGE', parked, parked_id, parked_id)
+  if #r > 0 then
+    redis.call('XADD', stream, '*', unpack(r[1][2]))
+  end
+  redis.call('XDEL', parked, parked_id)
+  redis.call('ZREM', delayed, parked_id)
+end
+
+local next_due = -1
+local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+if #first > 0 then
+  next_due = math.max(0, tonumber(first[2]) - now)
+end
+
+local out = {next_due}
+local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
+if r then
+  for _, entry in ipairs(r[1][2]) do
+    out[#out + 1] = entry[1]
+    out[#out + 1] = entry[2]
+  end
+end
+return out

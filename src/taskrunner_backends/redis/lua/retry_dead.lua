@@ -1,0 +1,38 @@
+-- Move dead letters back onto the queue as new messages.
+--
+-- KEYS: 1 stream, 2 dead-letter stream
+-- ARGV: 1 batch size used when no ids are given, then the dead-letter ids (optional)
+-- Returns the new message ids, one per dead letter moved; unknown ids are skipped.
+--
+-- XADD and XDEL of each dead letter happen in one script: it is neither lost (both
+-- or neither) nor duplicated (a second retry of the same id finds nothing).
+
+local stream, dead = KEYS[1], KEYS[2]
+local ids = {}
+if #ARGV > 1 then
+  for i = 2, #ARGV do
+    ids[#ids + 1] = ARGV[i]
+  end
+else
+  for _, e in ipairs(redis.call('XRANGE', dead, '-', '+', 'COUNT', ARGV[1])) do
+    ids[#ids + 1] = e[1]
+  end
+end
+
+local out = {}
+for _, id in ipairs(ids) do
+  local r = redis.call('XRANGE', dead, id, id)
+  if #r > 0 then
+    local body = ''
+    local fields = r[1][2]
+    for i = 1, #fields, 2 do
+      if fields[i] == 'b' then
+        body = fields[i + 1]
+        break
+      end
+    end
+    out[#out + 1] = redis.call('XADD', stream, '*', 'b', body)
+    redis.call('XDEL', dead, id)
+  end
+end
+return out

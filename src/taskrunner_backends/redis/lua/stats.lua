@@ -1,0 +1,74 @@
+-- One consistent snapshot of the queue's counters.
+--
+-- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream
+-- ARGV: 1 group, 2 how many of the oldest pending entries to inspect for idle time
+-- Returns {lag or -1, stream length, pending, dead, delayed, server ms,
+--          id of the oldest ready entry or "", longest idle ms among inspected or -1,
+--          consumer count, then per consumer: name, pending, idle ms, inactive ms or -1}
+
+local stream, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
+local group, sample = ARGV[1], ARGV[2]
+
+local function as_map(flat)
+  local m = {}
+  for i = 1, #flat, 2 do
+    m[flat[i]] = flat[i + 1]
+  end
+  return m
+end
+
+local groups = redis.pcall('XINFO', 'GROUPS', stream)
+if groups.err then
+  return redis.error_reply('NOGROUP stream ' .. stream .. ' does not exist')
+end
+local info = nil
+for _, g in ipairs(groups) do
+  local m = as_map(g)
+  if m['name'] == group then
+    info = m
+  end
+end
+if info == nil then
+  return redis.error_reply('NOGROUP consumer group ' .. group .. ' does not exist')
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- lag is nil when the server cannot compute it (tombstones after the group's cursor).
+local lag = info['lag']
+if not lag then
+  lag = -1
+end
+local oldest_ready = ''
+local first = redis.call('XRANGE', stream, '(' .. info['last-delivered-id'], '+', 'COUNT', 1)
+if #first > 0 then
+  oldest_ready = first[1][1]
+end
+local max_idle = -1
+if tonumber(info['pending']) > 0 then
+  for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', sample)) do
+    max_idle = math.max(max_idle, tonumber(p[3]))
+  end
+end
+
+local out = {
+  lag,
+  redis.call('XLEN', stream),
+  info['pending'],
+  redis.call('XLEN', dead),
+  redis.call('ZCARD', delayed),
+  now,
+  oldest_ready,
+  max_idle,
+}
+local consumers = redis.call('XINFO', 'CONSUMERS', stream, group)
+out[#out + 1] = #consumers
+for _, c in ipairs(consumers) do
+  local m = as_map(c)
+  out[#out + 1] = m['name']
+  out[#out + 1] = m['pending']
+  out[#out + 1] = m['idle']
+  out[#out + 1] = m['inactive'] or -1
+end
+return out

@@ -1,0 +1,1067 @@
+"""`RedisStreamsQueue`: the `taskrunner.queue.Queue` contract over Redis Streams.
+
+How it works. A queue is one stream read through one consumer group (created at id
+``0`` with MKSTREAM, so a backlog added before any worker started is delivered; a
+vanished group is recreated the same way). `receive` is ``XREADGROUP >``, so a lease is
+a pending-entries-list (PEL) entry and its age is the entry's idle time, measured on
+the server's clock. Heartbeat, ack, release and dead-letter run in one Lua script
+(``lua/fenced.lua``) that first probes the entry with ``XPENDING id id 1`` and acts
+only if the owner *and* the delivery count still match the receipt: XCLAIM checks no
+owner and XACK is silent, so without the probe a stale holder could steal a message
+back or complete somebody else's lease. The delivery count is the lease's epoch, so a
+consumer that reclaims its own lapsed message cannot act with its old receipt (ABA).
+A heartbeat is ``XCLAIM <same consumer> 0 <id> JUSTID``: idle resets, count stays.
+Ack deletes the entry in the same script (``XACKDEL`` where the server has it, found
+with COMMAND INFO; ``XACK`` + ``XDEL`` otherwise), so the stream holds only ready and
+in-flight messages and never grows with completed work.
+
+Release with a delay. The backend does not know the lease the reclaimers use (each
+`reclaim` call passes its own ``idle_seconds``), so the "XCLAIM to self with IDLE =
+lease - delay" trick would redeliver too early whenever a reclaimer uses a shorter
+idle time. Instead, release atomically removes the entry and re-adds the message:
+with no delay straight onto the stream, with a delay into a parked stream plus a
+sorted set keyed by the due time (server clock). `receive` promotes due messages
+in the same script that reads new entries and never blocks past the next due time,
+so a released message is redelivered no earlier than its delay and is never lost
+(it is in exactly one place at any instant). The re-added entry carries the
+original message id (field ``i``) and its delivery count so far (field ``n``): the
+`Delivery` keeps the message id `Queue.add` returned, and its delivery count goes on
+from where it was (+1). The price: a released message goes to the back of the queue,
+and the receipt's token names the current stream entry.
+
+Reclaim. ``XAUTOCLAIM`` inspects at most ten entries per requested message, so a
+reclaimer that always starts at ``0-0`` never reaches lapsed entries behind many live
+ones. `reclaim` keeps the cursor on the queue object and restarts at ``0-0`` only when
+the server says the scan wrapped; one call loops within `RECLAIM_SCAN_BUDGET`. Ids
+whose payload was deleted (XAUTOCLAIM's third reply element, 7.0+) are recorded as dead
+letters ("payload removed from the stream while pending"), and entries that are not
+taskrunner messages (no ``b`` field, malformed ``i``/``n``) are dead-lettered with the
+reason by `receive` and `reclaim` alike: never returned, never looping.
+
+Persistence. Messages survive a server restart only as far as the server persists
+them (AOF ``appendfsync always`` loses nothing acknowledged; the default ``everysec``
+up to a second; RDB-only everything since the last snapshot). After a restart every
+lease looks expired (downtime counts as idle). `add` does not wait for replicas or
+fsync (``durable_enqueue`` is not claimed). Run Redis with ``maxmemory-policy
+noeviction``: eviction of a queue key loses the messages in it.
+
+Example::
+
+    queue = await open_from_url("redis://localhost:6379/0?namespace=app", queue_name="emails")
+    await queue.add([b"hello"])
+    [delivery] = await queue.receive("worker-1", max_messages=10, wait_seconds=5)
+    await queue.ack([delivery])
+    await queue.aclose()
+
+Server support: Redis >= 7.0 and Valkey >= 7.2 (checked at open).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+import redis.asyncio as aioredis
+
+from taskrunner.clock import Clock, SystemClock
+from taskrunner.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConfigurationError,
+    QueueClosedError,
+    UnsupportedServerError,
+)
+from taskrunner.queue import (
+    Capabilities,
+    ConsumerStats,
+    DeadLetter,
+    Delivery,
+    QueueStats,
+    Receipt,
+)
+
+from .client import Arg, RawClient
+from .errors import GroupMissingError, translate_errors
+from .keys import QueueKeys
+from .scripts import SCRIPTS
+from .url import redact_url, split_url
+
+__all__ = [
+    "BLOCK_READ_MARGIN_SECONDS",
+    "DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS",
+    "DEFAULT_SOCKET_TIMEOUT_SECONDS",
+    "FENCED_BATCH",
+    "PROMOTE_BATCH",
+    "RECLAIM_SCAN_BUDGET",
+    "STATS_PENDING_SAMPLE",
+    "RedisStreamsQueue",
+    "ServerInfo",
+    "check_server",
+    "open_from_url",
+]
+
+_log = logging.getLogger("taskrunner_backends.redis")
+
+# Most PEL entries one `reclaim` call lets XAUTOCLAIM inspect (count); bounds the time
+# one script holds the server while still reaching lapsed entries behind live ones.
+RECLAIM_SCAN_BUDGET = 2000
+
+# Most due delayed messages one `receive` moves back onto the stream (count).
+PROMOTE_BATCH = 100
+
+# Deliveries per fenced script call (count); larger batches are split.
+FENCED_BATCH = 500
+
+# How long after a BLOCK expires we still wait for the reply (seconds) before
+# declaring the server unavailable.
+BLOCK_READ_MARGIN_SECONDS = 5.0
+
+# Socket timeouts (seconds) for clients built by `open_from_url` when the URL sets none;
+# redis-py's default is to wait forever for a reply.
+DEFAULT_SOCKET_TIMEOUT_SECONDS = 10.0
+DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS = 5.0
+
+# Pending entries `stats` inspects for the longest idle time (count).
+STATS_PENDING_SAMPLE = 1000
+
+_MINIMUM_VERSIONS = {"redis": (7, 0, 0), "valkey": (7, 2, 0)}
+
+_GONE_REASON = "payload removed from the stream while pending"
+
+_STREAM_ID = re.compile(rb"[0-9]{1,20}-[0-9]{1,20}")
+_STREAM_ID_TEXT = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+_CAPABILITIES = Capabilities(
+    blocking_receive=True,
+    # A cancelled XREADGROUP may already have leased entries whose reply is lost;
+    # they come back only through reclaim.
+    cancel_safe_receive=False,
+    ordering="fifo",
+    persistent=True,
+    durable_enqueue=False,
+    shared_across_instances=True,
+    max_batch=None,
+    admin=True,
+    lease_precision_seconds=0.05,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What `check_server` found.
+
+    Attributes:
+        name: ``"redis"`` or ``"valkey"``.
+        version: The server's own version (Valkey's, not its Redis compatibility level).
+    """
+
+    name: Literal["redis", "valkey"]
+    version: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.name.capitalize()} {'.'.join(map(str, self.version))}"
+
+
+def _parse_version(text: str) -> tuple[int, ...]:
+    numbers = []
+    for part in text.strip().split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        numbers.append(int(digits.group()))
+    return tuple(numbers)
+
+
+def check_server(info: dict[str, str]) -> ServerInfo:
+    """Identify the server from its ``INFO server`` fields and check it is new enough.
+
+    Valkey reports ``redis_version:7.2.4`` for compatibility; its own version is in
+    ``valkey_version`` (and ``server_name:valkey``), which is what counts for it.
+
+    Raises:
+        UnsupportedServerError: Redis older than 7.0, Valkey older than 7.2, or no
+            version reported at all.
+    """
+    name: Literal["redis", "valkey"]
+    if "valkey_version" in info or info.get("server_name", "").lower() == "valkey":
+        name, raw = "valkey", info.get("valkey_version", info.get("redis_version", ""))
+    else:
+        name, raw = "redis", info.get("redis_version", "")
+    version = _parse_version(raw)
+    if not version:
+        raise UnsupportedServerError(
+            "the server reported no version in INFO server; taskrunner needs "
+            "Redis >= 7.0 or Valkey >= 7.2"
+        )
+    found = ServerInfo(name=name, version=version)
+    minimum = _MINIMUM_VERSIONS[name]
+    if version < minimum:
+        raise UnsupportedServerError(
+            f"{found} is too old: taskrunner's Redis Streams backend needs "
+            f"{name.capitalize()} >= {'.'.join(map(str, minimum[:2]))} "
+            "(XAUTOCLAIM's deleted-ids reply, skipping of deleted entries by XCLAIM, "
+            "consumer-group lag)"
+        )
+    return found
+
+
+def _parse_info(raw: bytes) -> dict[str, str]:
+    fields = {}
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if line and not line.startswith("#") and ":" in line:
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    entry_id: str
+    body: bytes
+    message_id: str
+    base_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Malformed:
+    entry_id: str
+    reason: str
+    evidence: bytes
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "backslashreplace")
+
+
+def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
+    """Read one stream entry's fields; anything that is not our message is `_Malformed`."""
+    if fields is None or fields is False:
+        return _Malformed(entry_id, _GONE_REASON, b"")
+    if (
+        not isinstance(fields, list)
+        or len(fields) % 2
+        or not all(isinstance(f, bytes) for f in fields)
+    ):
+        return _Malformed(entry_id, "malformed stream entry: unreadable field list", b"")
+    pairs = list(zip(fields[0::2], fields[1::2], strict=True))
+    evidence = msgspec.json.encode({"fields": [[_text(n), _text(v)] for n, v in pairs]})
+    seen: dict[bytes, bytes] = {}
+    for name, value in pairs:
+        if name in seen and name in (b"b", b"i", b"n"):
+            return _Malformed(
+                entry_id, f"malformed message: field {_text(name)!r} repeated", evidence
+            )
+        seen[name] = value
+    if b"b" not in seen:
+        names = ", ".join(sorted({repr(_text(n)) for n, _ in pairs})) or "none"
+        return _Malformed(
+            entry_id,
+            f"not a taskrunner message: no body field 'b' (fields: {names})",
+            evidence,
+        )
+    message_id = entry_id
+    if b"i" in seen:
+        if not _STREAM_ID.fullmatch(seen[b"i"]):
+            return _Malformed(entry_id, "malformed message: field 'i' is not a stream id", evidence)
+        message_id = seen[b"i"].decode("ascii")
+    base = 0
+    if b"n" in seen:
+        raw_base = seen[b"n"]
+        if not raw_base.isdigit() or len(raw_base) > 18:
+            return _Malformed(
+                entry_id, "malformed message: field 'n' is not a delivery count", evidence
+            )
+        base = int(raw_base)
+    return _Message(entry_id=entry_id, body=seen[b"b"], message_id=message_id, base_count=base)
+
+
+def _token(message: _Message | _Malformed, base: int) -> str:
+    if isinstance(message, _Message) and message.entry_id == message.message_id and base == 0:
+        return ""
+    return f"{message.entry_id}/{base}"
+
+
+def _locate(delivery: Delivery) -> tuple[str, int] | None:
+    """The stream entry id and base delivery count a receipt refers to, if well formed."""
+    token = delivery.receipt.token
+    if not token:
+        entry_id, base = delivery.message_id, 0
+    else:
+        entry_id, _, raw_base = token.partition("/")
+        if not raw_base.isdigit():
+            return None
+        base = int(raw_base)
+    if not _STREAM_ID_TEXT.fullmatch(entry_id):
+        return None
+    return entry_id, base
+
+
+def _check_count(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _check_consumer(consumer: str) -> None:
+    if not isinstance(consumer, str):
+        raise TypeError(f"consumer must be a str, not {type(consumer).__name__}")
+    if not consumer:
+        raise ValueError("consumer must be a non-empty string")
+
+
+def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
+    for delivery in deliveries:
+        if not isinstance(delivery, Delivery):
+            raise TypeError(f"expected Delivery, got {type(delivery).__name__}")
+
+
+def _as_int(value: object) -> int:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, bytes):
+        return int(value)
+    raise BackendError(f"unexpected reply element {value!r}")
+
+
+def _as_str(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, str):
+        return value
+    raise BackendError(f"unexpected reply element {value!r}")
+
+
+def _stream_entries(reply: object) -> list[tuple[str, object]]:
+    """(id, fields) pairs of an XREADGROUP reply in RESP2 (list) or RESP3 (map) form."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        streams: Iterable[object] = reply.values()
+    elif isinstance(reply, list):
+        streams = (item[1] for item in reply)
+    else:
+        raise BackendError(f"unexpected XREADGROUP reply {reply!r:.100}")
+    entries = []
+    for stream_entries in streams:
+        for entry in stream_entries or ():  # type: ignore[attr-defined]
+            entries.append((_as_str(entry[0]), entry[1]))
+    return entries
+
+
+def _describe_client(client: aioredis.Redis) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+
+class RedisStreamsQueue:
+    """A `taskrunner.queue.Queue` (and `taskrunner.queue.QueueAdmin`) on Redis Streams.
+
+    Args:
+        client: A ``redis.asyncio.Redis``; its connection pool is used, its reply
+            decoding and protocol settings do not matter. Closed by `aclose` only when
+            `owns_client` is true.
+        queue_name: The queue; becomes the hash tag of every key (see `keys`).
+        namespace: Key prefix shared by all queues of one application (default
+            ``"taskrunner"``).
+        clock: Bounds the waits of `receive`; leases and delays are measured on the
+            server's clock, whatever this is.
+        owns_client: Close `client` in `aclose` (set by `open_from_url`).
+
+    Initialisation (version check, feature detection, group creation) happens in
+    `initialize`, which `open` and `open_from_url` await and every other method runs
+    lazily on first use. Handles opened on the same server, namespace and queue name,
+    in one process or many, share the queue.
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        queue_name: str,
+        namespace: str = "taskrunner",
+        clock: Clock | None = None,
+        owns_client: bool = False,
+        _display: str | None = None,
+    ) -> None:
+        if not isinstance(client, aioredis.Redis):
+            raise TypeError(f"client must be a redis.asyncio.Redis, not {type(client).__name__}")
+        self._keys = QueueKeys(namespace=namespace, queue_name=queue_name)
+        self._client = client
+        self._raw = RawClient(client)
+        self._clock: Clock = clock or SystemClock()
+        self._owns_client = owns_client
+        self._display = _display or _describe_client(client)
+        self._closed = False
+        self._initialized = False
+        self._init_lock = asyncio.Lock()
+        self._server: ServerInfo | None = None
+        self._has_xackdel = False
+        self._reclaim_cursor = "0-0"
+        self._blocking: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    async def open(
+        cls,
+        client: aioredis.Redis,
+        *,
+        queue_name: str,
+        namespace: str = "taskrunner",
+        clock: Clock | None = None,
+    ) -> RedisStreamsQueue:
+        """Build a queue on an injected client and initialise it now (fail fast).
+
+        Raises:
+            UnsupportedServerError: The server is too old.
+            BackendUnavailableError: The server could not be reached.
+        """
+        queue = cls(client, queue_name=queue_name, namespace=namespace, clock=clock)
+        await queue.initialize()
+        return queue
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisStreamsQueue(queue_name={self._keys.queue_name!r}, "
+            f"namespace={self._keys.namespace!r}, server={self._display!r})"
+        )
+
+    @property
+    def requires_heartbeat(self) -> bool:
+        """Always True: a lease lapses when its entry stays idle past the reclaimers' limit."""
+        return True
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Blocking, FIFO per consumer, shared, persistent as far as the server persists.
+
+        Not cancel-safe: a cancelled receive may leave entries leased until reclaimed.
+        """
+        return _CAPABILITIES
+
+    @property
+    def keys(self) -> QueueKeys:
+        """The Redis keys of this queue."""
+        return self._keys
+
+    @property
+    def server(self) -> ServerInfo | None:
+        """The server found by `initialize`, None before it ran."""
+        return self._server
+
+    @property
+    def has_xackdel(self) -> bool:
+        """Whether the server has XACKDEL (found by `initialize`)."""
+        return self._has_xackdel
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def initialize(self) -> None:
+        """Check the server, detect optional commands, create the group; idempotent.
+
+        Raises:
+            UnsupportedServerError: Redis older than 7.0 or Valkey older than 7.2.
+            BackendUnavailableError: The server could not be reached; the next call
+                tries again.
+            QueueClosedError: The queue was closed.
+        """
+        self._check_open()
+        async with self._init_lock:
+            if self._initialized:
+                return
+            raw_info = await self._raw.call("INFO server", "INFO", "server")
+            self._server = check_server(_parse_info(raw_info))
+            self._has_xackdel = await self._supports("XACKDEL")
+            await self._create_group()
+            # Loading up front keeps the first real calls at one round trip each.
+            await self._raw.pipeline(
+                "SCRIPT LOAD", [("SCRIPT", "LOAD", s.source) for s in SCRIPTS.values()]
+            )
+            self._initialized = True
+            _log.debug("opened %r on %s (XACKDEL: %s)", self, self._server, self._has_xackdel)
+
+    async def aclose(self) -> None:
+        """Close the queue; idempotent. Receives blocked in this queue raise `QueueClosedError`."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._blocking):
+            task.cancel()
+        if self._owns_client:
+            with translate_errors("close"):
+                await self._client.aclose()
+
+    # -- the contract ------------------------------------------------------------------
+
+    async def add(self, bodies: Sequence[bytes]) -> list[str]:
+        """Enqueue bodies with one pipelined XADD each (one round trip).
+
+        Returns:
+            The stream entry ids, in order.
+
+        Raises:
+            TypeError: A body is not `bytes`.
+            BackendUnavailableError: The server could not be reached; some bodies may
+                have been added.
+        """
+        for body in bodies:
+            if not isinstance(body, bytes):
+                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        await self._ready()
+        if not bodies:
+            return []
+        replies = await self._raw.pipeline(
+            "add", [("XADD", self._keys.stream, "*", "b", body) for body in bodies]
+        )
+        ids = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                with translate_errors("add"):
+                    raise reply
+            ids.append(_as_str(reply))
+        return ids
+
+    async def receive(
+        self, consumer: str, *, max_messages: int, wait_seconds: float
+    ) -> list[Delivery]:
+        """Lease up to `max_messages` new messages to `consumer`, waiting up to `wait_seconds`.
+
+        Due released messages are moved back onto the stream first. Entries that are
+        not taskrunner messages are dead-lettered with the reason, never returned.
+        Cancelling a waiting receive may leave entries leased to `consumer` that
+        only `reclaim` will find (``cancel_safe_receive`` is False).
+
+        Raises:
+            ValueError: `max_messages` < 1 or `wait_seconds` < 0.
+            BackendUnavailableError: The server could not be reached.
+            QueueClosedError: The queue is or became closed.
+        """
+        _check_count("max_messages", max_messages)
+        _check_consumer(consumer)
+        if not wait_seconds >= 0:
+            raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds}")
+        await self._ready()
+        deadline = self._clock.monotonic() + wait_seconds
+        while True:
+            reply = await self._script(
+                "receive",
+                "receive",
+                self._keys.all,
+                (self._keys.group, consumer, max_messages, PROMOTE_BATCH),
+            )
+            next_due_ms = _as_int(reply[0])
+            entries = [(_as_str(reply[i]), reply[i + 1]) for i in range(1, len(reply), 2)]
+            if entries:
+                deliveries = await self._accept(consumer, entries)
+                if deliveries:
+                    return deliveries
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                return []
+            block = remaining
+            if next_due_ms >= 0:
+                # Wake up when the next released message is due (+1 ms: BLOCK rounds down).
+                block = min(remaining, (next_due_ms + 1) / 1000)
+            entries = await self._blocking_read(consumer, max_messages, block)
+            # Entries read after aclose stay leased until reclaimed; the caller is gone.
+            self._check_open()
+            if entries:
+                deliveries = await self._accept(consumer, entries)
+                if deliveries:
+                    return deliveries
+            elif block >= remaining:
+                return []
+
+    async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Reset the idle time of each delivery still owned under its receipt.
+
+        Returns:
+            The deliveries whose lease was already lost; they are left untouched.
+        """
+        return await self._fenced("heartbeat", deliveries, "")
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Complete and delete each delivery still owned under its receipt.
+
+        Returns:
+            The deliveries not completed by this call (lease lost, already completed).
+        """
+        return await self._fenced("ack", deliveries, "")
+
+    async def release(
+        self, deliveries: Sequence[Delivery], *, delay_seconds: float = 0.0
+    ) -> list[Delivery]:
+        """Re-add owned deliveries, ready at once or after `delay_seconds` (server clock).
+
+        Returns:
+            The deliveries whose lease was already lost; they are left untouched.
+
+        Raises:
+            ValueError: `delay_seconds` < 0.
+        """
+        if not delay_seconds >= 0:
+            raise ValueError(f"delay_seconds must be >= 0, got {delay_seconds}")
+        return await self._fenced("release", deliveries, math.ceil(delay_seconds * 1000))
+
+    async def reclaim(
+        self, consumer: str, *, idle_seconds: float, max_messages: int
+    ) -> list[Delivery]:
+        """Lease to `consumer` messages idle for at least `idle_seconds` (XAUTOCLAIM cursor).
+
+        Raises:
+            ValueError: `idle_seconds` <= 0 or `max_messages` < 1.
+        """
+        if not idle_seconds > 0:
+            raise ValueError(f"idle_seconds must be > 0, got {idle_seconds}")
+        _check_count("max_messages", max_messages)
+        _check_consumer(consumer)
+        await self._ready()
+        min_idle_ms = max(1, math.ceil(idle_seconds * 1000))
+        reply = await self._script(
+            "reclaim",
+            "reclaim",
+            self._keys.all[:2],
+            (
+                self._keys.group,
+                consumer,
+                min_idle_ms,
+                max_messages,
+                self._reclaim_cursor,
+                RECLAIM_SCAN_BUDGET,
+            ),
+        )
+        self._reclaim_cursor = _as_str(reply[0])
+        gone = _as_int(reply[1])
+        if gone:
+            _log.warning(
+                "%r: %d pending message(s) lost their payload; recorded as dead letters",
+                self,
+                gone,
+            )
+        deliveries = []
+        malformed = []
+        for i in range(2, len(reply), 3):
+            entry_id, pel_count = _as_str(reply[i]), _as_int(reply[i + 1])
+            parsed = _parse_entry(entry_id, reply[i + 2])
+            if isinstance(parsed, _Message):
+                deliveries.append(self._delivery(consumer, parsed, pel_count))
+            else:
+                malformed.append((parsed, pel_count))
+        await self._bury_malformed(consumer, malformed)
+        return deliveries
+
+    async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
+        """Atomically move owned deliveries to the dead-letter stream and delete them.
+
+        Returns:
+            The deliveries whose lease was already lost; they are left untouched.
+        """
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, not {type(reason).__name__}")
+        return await self._fenced("dead", deliveries, reason)
+
+    async def stats(self) -> QueueStats:
+        """A snapshot taken in one script: counts, ages (server clock) and consumers.
+
+        ``ready`` counts entries not yet delivered (the group's lag; when the server
+        cannot compute it, stream length minus pending) plus released messages still
+        waiting for their delay. ``oldest_in_flight_age_seconds`` is the longest idle
+        time among the `STATS_PENDING_SAMPLE` oldest pending entries. A consumer's
+        ``idle_seconds`` is the time since its last successful interaction where the
+        server reports it (Redis and Valkey >= 7.2), else since its last attempt.
+        """
+        await self._ready()
+        r = await self._script(
+            "stats", "stats", self._keys.all, (self._keys.group, STATS_PENDING_SAMPLE)
+        )
+        lag, length, pending, dead, delayed, now_ms = (_as_int(v) for v in r[:6])
+        oldest_ready_id, max_idle_ms = _as_str(r[6]), _as_int(r[7])
+        # Without a lag (tombstones), every stream entry not pending is ready.
+        ready = min(lag, length) if lag >= 0 else max(0, length - pending)
+        oldest_ready_age = None
+        if oldest_ready_id:
+            oldest_ready_age = max(0, now_ms - int(oldest_ready_id.split("-")[0])) / 1000
+        consumers = []
+        count = _as_int(r[8])
+        for i in range(9, 9 + 4 * count, 4):
+            idle_ms, inactive_ms = _as_int(r[i + 2]), _as_int(r[i + 3])
+            consumers.append(
+                ConsumerStats(
+                    name=_as_str(r[i]),
+                    pending=_as_int(r[i + 1]),
+                    idle_seconds=(inactive_ms if inactive_ms >= 0 else idle_ms) / 1000,
+                )
+            )
+        return QueueStats(
+            ready=ready + delayed,
+            in_flight=pending,
+            dead=dead,
+            oldest_ready_age_seconds=oldest_ready_age,
+            oldest_in_flight_age_seconds=None if max_idle_ms < 0 else max_idle_ms / 1000,
+            consumers=tuple(sorted(consumers, key=lambda c: c.name)),
+        )
+
+    async def len(self) -> int:
+        """Ready (including delayed) plus in-flight messages."""
+        stats = await self.stats()
+        return stats.ready + stats.in_flight
+
+    # -- QueueAdmin -----------------------------------------------------------------------
+
+    async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        """The oldest `limit` dead letters, oldest first."""
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        await self._ready()
+        if limit == 0:
+            return []
+        reply = await self._raw.call(
+            "list dead letters", "XRANGE", self._keys.dead, "-", "+", "COUNT", limit
+        )
+        letters = []
+        for entry in reply or ():
+            fields = entry[1] or []
+            values = dict(zip(fields[0::2], fields[1::2], strict=True))
+            letters.append(
+                DeadLetter(
+                    message_id=_as_str(entry[0]),
+                    original_id=_text(values.get(b"o", b"")),
+                    body=values.get(b"b", b""),
+                    reason=_text(values.get(b"r", b"")),
+                    delivery_count=int(values.get(b"c", b"0") or 0),
+                    dead_at=int(values.get(b"t", b"0") or 0) / 1000,
+                )
+            )
+        return letters
+
+    async def retry_dead_letters(self, message_ids: Sequence[str] | None = None) -> list[str]:
+        """Put dead letters back as new messages (all when `message_ids` is None).
+
+        Each one is added and removed from the dead-letter stream in one script, so it
+        is neither lost nor duplicated. Unknown ids are skipped.
+
+        Returns:
+            The new message ids, one per dead letter moved.
+        """
+        await self._ready()
+        keys = self._keys.all[:2]
+        if message_ids is not None:
+            ids = self._valid_ids(message_ids)
+            moved: list[str] = []
+            for start in range(0, len(ids), FENCED_BATCH):
+                reply = await self._script(
+                    "retry", "retry_dead", keys, (0, *ids[start : start + FENCED_BATCH])
+                )
+                moved.extend(_as_str(v) for v in reply)
+            return moved
+        moved = []
+        while True:
+            reply = await self._script("retry", "retry_dead", keys, (FENCED_BATCH,))
+            moved.extend(_as_str(v) for v in reply)
+            if len(reply) < FENCED_BATCH:
+                return moved
+
+    async def purge_dead_letters(self, message_ids: Sequence[str] | None = None) -> int:
+        """Delete dead letters (all when `message_ids` is None); returns how many."""
+        await self._ready()
+        if message_ids is None:
+            return _as_int(await self._script("purge dead", "purge_dead", (self._keys.dead,), ()))
+        ids = self._valid_ids(message_ids)
+        deleted = 0
+        for start in range(0, len(ids), FENCED_BATCH):
+            chunk = ids[start : start + FENCED_BATCH]
+            deleted += _as_int(
+                await self._script("purge dead", "purge_dead", (self._keys.dead,), chunk)
+            )
+        return deleted
+
+    async def purge(self) -> int:
+        """Delete every ready, delayed and in-flight message; returns how many.
+
+        Receipts of purged messages report lost from then on; dead letters stay.
+        """
+        await self._ready()
+        return _as_int(await self._script("purge", "purge", self._keys.all, (self._keys.group,)))
+
+    async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
+        """Delete consumers that own no pending message and were inactive for `idle_seconds`.
+
+        The pending check and the delete run in one script, so a consumer that owns
+        a message is never deleted (deleting it would make its messages unclaimable).
+
+        Returns:
+            The names of the deleted consumers.
+
+        Raises:
+            ValueError: `idle_seconds` < 0.
+        """
+        if not idle_seconds >= 0:
+            raise ValueError(f"idle_seconds must be >= 0, got {idle_seconds}")
+        await self._ready()
+        reply = await self._script(
+            "remove idle consumers",
+            "remove_idle_consumers",
+            (self._keys.stream,),
+            (self._keys.group, math.ceil(idle_seconds * 1000)),
+        )
+        return [_as_str(name) for name in reply]
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosedError(f"{self!r} was closed")
+
+    async def _ready(self) -> None:
+        self._check_open()
+        if not self._initialized:
+            await self.initialize()
+
+    async def _supports(self, command: str) -> bool:
+        try:
+            reply = await self._raw.call("COMMAND INFO", "COMMAND", "INFO", command)
+        except BackendUnavailableError:
+            raise
+        except BackendError:
+            # COMMAND may be renamed or forbidden by ACL; assume the baseline.
+            return False
+        return bool(reply) and reply[0] is not None
+
+    async def _create_group(self) -> None:
+        keys = self._keys
+        try:
+            # At 0, never $: $ would skip every message added before the group existed.
+            await self._raw.call(
+                "create group", "XGROUP", "CREATE", keys.stream, keys.group, "0", "MKSTREAM"
+            )
+        except BackendUnavailableError:
+            raise
+        except BackendError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _script(
+        self, action: str, name: str, keys: Sequence[str], args: Sequence[Arg]
+    ) -> Any:
+        try:
+            return await self._raw.run_script(action, SCRIPTS[name], keys, args)
+        except GroupMissingError:
+            # The stream or group was deleted (FLUSHDB, DEL, eviction): recreate at 0.
+            _log.warning("%r: consumer group missing during %s; recreating it", self, action)
+            await self._create_group()
+            try:
+                return await self._raw.run_script(action, SCRIPTS[name], keys, args)
+            except GroupMissingError as exc:
+                raise BackendError(f"{action}: consumer group keeps disappearing") from exc
+
+    async def _blocking_read(
+        self, consumer: str, max_messages: int, block_seconds: float
+    ) -> list[tuple[str, object]]:
+        block_ms = max(1, math.ceil(block_seconds * 1000))  # BLOCK 0 would wait forever
+        command: tuple[Arg, ...] = (
+            "XREADGROUP",
+            "GROUP",
+            self._keys.group,
+            consumer,
+            "COUNT",
+            max_messages,
+            "BLOCK",
+            block_ms,
+            "STREAMS",
+            self._keys.stream,
+            ">",
+        )
+        task = asyncio.current_task()
+        if task is not None:
+            self._blocking.add(task)
+        try:
+            for attempt in (1, 2):
+                try:
+                    reply = await self._raw.call(
+                        "receive",
+                        *command,
+                        read_timeout=block_ms / 1000 + BLOCK_READ_MARGIN_SECONDS,
+                    )
+                except GroupMissingError:
+                    # Since 7.0, deleting the stream unblocks readers with NOGROUP.
+                    if attempt == 2:
+                        raise
+                    await self._create_group()
+                    continue
+                return _stream_entries(reply)
+            return []
+        except asyncio.CancelledError:
+            if self._closed and task is not None and task.cancelling() <= 1:
+                task.uncancel()
+                raise QueueClosedError(f"{self!r} was closed while receiving") from None
+            raise
+        except BackendError as exc:
+            if self._closed:
+                raise QueueClosedError(f"{self!r} was closed while receiving") from exc
+            raise
+        finally:
+            if task is not None:
+                self._blocking.discard(task)
+
+    def _delivery(self, consumer: str, message: _Message, pel_count: int) -> Delivery:
+        count = message.base_count + pel_count
+        return Delivery(
+            message_id=message.message_id,
+            body=message.body,
+            delivery_count=count,
+            receipt=Receipt(
+                consumer=consumer,
+                delivery_count=count,
+                token=_token(message, message.base_count),
+            ),
+        )
+
+    async def _accept(self, consumer: str, entries: list[tuple[str, object]]) -> list[Delivery]:
+        """Turn freshly read entries (delivery count 1) into deliveries; bury the rest."""
+        deliveries = []
+        malformed = []
+        for entry_id, fields in entries:
+            parsed = _parse_entry(entry_id, fields)
+            if isinstance(parsed, _Message):
+                deliveries.append(self._delivery(consumer, parsed, 1))
+            else:
+                malformed.append((parsed, 1))
+        await self._bury_malformed(consumer, malformed)
+        return deliveries
+
+    async def _bury_malformed(self, consumer: str, malformed: list[tuple[_Malformed, int]]) -> None:
+        if not malformed:
+            return
+        by_reason: dict[str, list[tuple[Delivery, bytes]]] = {}
+        for entry, pel_count in malformed:
+            delivery = Delivery(
+                message_id=entry.entry_id,
+                body=entry.evidence,
+                delivery_count=pel_count,
+                receipt=Receipt(
+                    consumer=consumer, delivery_count=pel_count, token=_token(entry, 0)
+                ),
+            )
+            by_reason.setdefault(entry.reason, []).append((delivery, entry.evidence))
+        for reason, items in by_reason.items():
+            _log.warning(
+                "%r: dead-lettering %d entr%s: %s",
+                self,
+                len(items),
+                "y" if len(items) == 1 else "ies",
+                reason,
+            )
+            try:
+                await self._fenced(
+                    "dead", [d for d, _ in items], reason, overrides=[e for _, e in items]
+                )
+            except BackendUnavailableError:
+                # They stay leased to `consumer`; reclaim will find and bury them later.
+                _log.warning("%r: could not dead-letter malformed entries yet", self)
+
+    async def _fenced(
+        self,
+        op: str,
+        deliveries: Sequence[Delivery],
+        arg: Arg,
+        *,
+        overrides: Sequence[bytes] | None = None,
+    ) -> list[Delivery]:
+        _check_deliveries(deliveries)
+        await self._ready()
+        lost: list[Delivery] = []
+        items: list[tuple[Delivery, tuple[Arg, ...]]] = []
+        for index, delivery in enumerate(deliveries):
+            located = _locate(delivery)
+            receipt = delivery.receipt
+            pel_count = None if located is None else receipt.delivery_count - located[1]
+            if located is None or pel_count is None or pel_count < 1:
+                lost.append(delivery)  # a receipt we never issued cannot hold a lease
+                continue
+            override = b"" if overrides is None else b"=" + overrides[index]
+            items.append(
+                (
+                    delivery,
+                    (
+                        located[0],
+                        receipt.consumer,
+                        pel_count,
+                        delivery.message_id,
+                        receipt.delivery_count,
+                        override,
+                    ),
+                )
+            )
+        flag = "1" if self._has_xackdel else "0"
+        for start in range(0, len(items), FENCED_BATCH):
+            chunk = items[start : start + FENCED_BATCH]
+            args: list[Arg] = [op, self._keys.group, arg, flag]
+            for _, item_args in chunk:
+                args.extend(item_args)
+            statuses = await self._raw.run_script(op, SCRIPTS["fenced"], self._keys.all, args)
+            for (delivery, _), status in zip(chunk, statuses, strict=True):
+                if _as_int(status) != 1:
+                    lost.append(delivery)
+        if len(lost) > 1:
+            order = {id(d): i for i, d in enumerate(deliveries)}
+            lost.sort(key=lambda d: order[id(d)])
+        return lost
+
+    def _valid_ids(self, message_ids: Sequence[str]) -> list[str]:
+        if isinstance(message_ids, str):
+            raise TypeError("message_ids must be a sequence of ids, not a single string")
+        return [
+            i
+            for i in message_ids
+            if isinstance(i, str) and _STREAM_ID_TEXT.fullmatch(i)  # type: ignore[redundant-expr]
+        ]
+
+
+async def open_from_url(
+    url: str, *, queue_name: str, clock: Clock | None = None
+) -> RedisStreamsQueue:
+    """Open the queue `queue_name` at `url` (the engine's entry point for redis/rediss/unix).
+
+    ``redis://[[user]:password@]host[:port][/db][?namespace=NAME&<redis-py options>]``;
+    ``rediss://`` uses TLS; ``unix:///path/to.sock?db=N``. The client is created here
+    (socket timeouts default to `DEFAULT_SOCKET_TIMEOUT_SECONDS` and
+    `DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS` unless the URL sets them) and closed by
+    `RedisStreamsQueue.aclose`. The server is checked before this returns.
+
+    Raises:
+        ConfigurationError: Unknown scheme or option, or an invalid URL or name.
+        UnsupportedServerError: The server is too old.
+        BackendUnavailableError: The server could not be reached.
+    """
+    redis_url, options = split_url(url)
+    try:
+        client = aioredis.Redis.from_url(
+            redis_url,
+            socket_timeout=DEFAULT_SOCKET_TIMEOUT_SECONDS,
+            socket_connect_timeout=DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS,
+        )
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(
+            f"invalid Redis URL {redact_url(url)}: {exc}", setting="url"
+        ) from None
+    try:
+        queue = RedisStreamsQueue(
+            client,
+            queue_name=queue_name,
+            namespace=options.get("namespace", "taskrunner"),
+            clock=clock,
+            owns_client=True,
+            _display=redact_url(url),
+        )
+        await queue.initialize()
+    except BaseException:
+        await client.aclose()
+        raise
+    return queue

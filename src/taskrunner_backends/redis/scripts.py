@@ -1,0 +1,48 @@
+"""The Lua scripts of the backend, loaded once from the package's ``lua/`` files (internal).
+
+Each script runs atomically on the server, which is what makes the fenced operations
+safe: the owner and delivery-count check and the action that follows cannot be
+interleaved with another client's claim. Scripts declare every key they touch in
+KEYS (all share the queue's hash tag), so they run on Redis Cluster too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+
+__all__ = ["SCRIPTS", "Script"]
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One Lua script and its SHA1 (what EVALSHA takes)."""
+
+    name: str
+    source: bytes
+    sha: str
+
+
+def _load(name: str) -> Script:
+    source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
+    return Script(name=name, source=source, sha=hashlib.sha1(source).hexdigest())
+
+
+#: Every script by name: fenced (heartbeat/ack/release/dead-letter), receive (promote
+#: due delayed messages, then read new ones), reclaim (XAUTOCLAIM with the cursor),
+#: stats, the admin operations, consumer GC, and the test hook age_lease.
+SCRIPTS: dict[str, Script] = {
+    name: _load(name)
+    for name in (
+        "fenced",
+        "receive",
+        "reclaim",
+        "stats",
+        "retry_dead",
+        "purge_dead",
+        "purge",
+        "remove_idle_consumers",
+        "age_lease",
+    )
+}
