@@ -244,5 +244,12 @@ def _payload_type(func: Callable[..., Any], name: str) -> tuple[bool, Any]:
         )
     if not parameters:
         return False, None
-    hints = get_type_hints(func)
+    try:
+        hints = get_type_hints(func)
+    except NameError as exc:
+        raise ConfigurationError(
+            f"task {name!r}: cannot resolve the type annotations of {func.__qualname__} ({exc}); "
+            "define the payload type at module level so it can be found by name",
+            setting="payload type",
+        ) from exc
     return True, hints.get(parameters[0].name, Any)

@@ -250,7 +250,6 @@ class Executor:
             description,
             delivery=delivery,
             task=task.name,
-            exc_info=error,
         )
 
     async def _give_up(
@@ -302,7 +301,13 @@ class Executor:
             return
         self._stats.dead_lettered(task_name)
         log_delivery(
-            _log, logging.ERROR, "dead-lettered: %s", reason, delivery=delivery, task=task_name
+            _log,
+            logging.ERROR,
+            "dead-lettered: %s",
+            reason,
+            delivery=delivery,
+            task=task_name,
+            exc_info=error,
         )
 
     async def _release_after_cancel(self, lease: Lease, task_name: str) -> None:

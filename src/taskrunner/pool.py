@@ -12,6 +12,7 @@ task: the pool is simply over capacity until enough tasks finish.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 __all__ = ["WorkerPool"]
 
@@ -28,7 +29,7 @@ class WorkerPool:
         self._busy = 0
         self._reserved = 0
         self._closed = False
-        self._changed = asyncio.Event()
+        self._waiters: deque[tuple[int, asyncio.Future[int]]] = deque()
 
     @property
     def capacity(self) -> int:
@@ -64,23 +65,26 @@ class WorkerPool:
     async def reserve(self, up_to: int) -> int:
         """Wait for a free worker, then reserve up to `up_to` of them.
 
+        Waiters are served first come, first served, so a fetcher that loops straight
+        back into `reserve` cannot starve the reclaimer or the other fetchers.
+
         Returns:
             The number reserved (>= 1), or 0 once the pool is closed.
         """
-        while not self._closed:
-            reserved = self.try_reserve(up_to)
-            if reserved:
-                return reserved
-            await self._changed.wait()
-        return 0
-
-    def try_reserve(self, up_to: int) -> int:
-        """Reserve up to `up_to` free workers without waiting; returns how many."""
         if self._closed:
             return 0
-        count = min(self.free(), up_to)
-        self._reserved += count
-        return count
+        if not self._waiters and self.free() > 0:
+            count = min(self.free(), up_to)
+            self._reserved += count
+            return count
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters.append((up_to, future))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.unreserve(future.result())
+            raise
 
     def unreserve(self, count: int) -> None:
         """Give back `count` reservations that will not be used."""
@@ -98,11 +102,11 @@ class WorkerPool:
         self._busy -= 1
         self._notify()
 
-    async def wait_changed(self) -> None:
-        """Wait until the next reservation, finish, resize or close."""
-        await self._changed.wait()
-
     def _notify(self) -> None:
-        # A fresh event per generation, so every waiter of this generation wakes once.
-        self._changed.set()
-        self._changed = asyncio.Event()
+        while self._waiters and (self._closed or self.free() > 0):
+            up_to, future = self._waiters.popleft()
+            if future.done():
+                continue
+            count = 0 if self._closed else min(self.free(), up_to)
+            self._reserved += count
+            future.set_result(count)

@@ -79,7 +79,7 @@ class Reclaimer:
         """
         total = 0
         while not self._stopping.is_set():
-            reserved = self._pool.try_reserve(self._batch_size)
+            reserved = await self._pool.reserve(self._batch_size)
             if not reserved:
                 break
             try:

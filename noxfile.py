@@ -1,0 +1,51 @@
+"""Developer sessions: ``nox -s tests lint typecheck`` is the full check."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests", "lint", "typecheck"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+
+
+def install(session: nox.Session, *groups: str, extras: str = "") -> None:
+    session.install("-e", f".{extras}", *nox.project.dependency_groups(PYPROJECT, *groups))
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every test. Redis tests use TASKRUNNER_TEST_REDIS_URL or spawn a throwaway server."""
+    install(session, "test", extras="[conformance,prometheus]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def redis(session: nox.Session) -> None:
+    """Only the tests that need a Redis-compatible server (TASKRUNNER_TEST_SERVER=valkey|redis)."""
+    install(session, "test", extras="[conformance,prometheus]")
+    session.run("pytest", "-m", "redis", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint rules and formatting."""
+    install(session, "lint")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over src, conformance, tests, bench and examples."""
+    install(session, "typecheck", extras="[conformance,prometheus]")
+    session.run("mypy")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Throughput benchmark against raw redis-py (bench/throughput.py)."""
+    install(session, "test")
+    session.run("python", "bench/throughput.py", *session.posargs)

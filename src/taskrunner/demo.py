@@ -1,0 +1,155 @@
+"""``taskrunner demo``: a producer and a worker on one backend, with live progress.
+
+Internal module behind the CLI. It dispatches a few thousand tasks of varied
+duration (async and sync, some failing transiently and retried, a few failing for
+good and dead-lettered), runs a worker in burst mode until the queue is empty, and
+prints a live progress line and a final summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+import msgspec
+
+from taskrunner.app import App
+from taskrunner.backends import DEFAULT_URL, open_queue
+from taskrunner.config import RunnerConfig
+from taskrunner.context import current_task
+from taskrunner.producer import Producer
+from taskrunner.runner import Runner
+from taskrunner.stats import RunnerStats
+
+__all__ = ["DemoSummary", "run_demo"]
+
+
+class Image(msgspec.Struct, frozen=True):
+    """Payload of the demo's async task."""
+
+    name: str
+    width: int
+
+
+class Email(msgspec.Struct, frozen=True):
+    """Payload of the demo's sync task."""
+
+    to: str
+    # The first `fail_attempts` attempts raise, to show retries (3+ is never delivered).
+    fail_attempts: int = 0
+
+
+def build_app(queue: str = "demo") -> App:
+    """The demo's tasks: one async (simulated I/O), one sync (runs in a thread)."""
+    app = App(queue)
+
+    @app.task(name="demo.resize_image", max_retries=2)
+    async def resize_image(image: Image) -> None:
+        await asyncio.sleep(random.uniform(0.01, 0.1))
+
+    @app.task(name="demo.send_email", max_retries=2)
+    def send_email(email: Email) -> None:
+        time.sleep(random.uniform(0.002, 0.02))
+        if current_task().delivery_count <= email.fail_attempts:
+            raise ConnectionError(f"SMTP server refused {email.to} (simulated)")
+
+    return app
+
+
+@dataclass(frozen=True)
+class DemoSummary:
+    """What the demo did.
+
+    Attributes:
+        dispatched: Tasks dispatched.
+        seconds: Wall time from the first dispatch to the empty queue.
+        stats: The worker's final statistics.
+    """
+
+    dispatched: int
+    seconds: float
+    stats: RunnerStats
+
+    @property
+    def per_second(self) -> float:
+        """Messages finished (succeeded or dead-lettered) per second."""
+        finished = self.stats.succeeded + self.stats.dead_lettered
+        return finished / self.seconds if self.seconds > 0 else 0.0
+
+
+async def run_demo(
+    *,
+    url: str = DEFAULT_URL,
+    tasks: int = 3000,
+    workers: int = 64,
+    retry_base_seconds: float = 0.05,
+    out: TextIO = sys.stdout,
+) -> DemoSummary:
+    """Dispatch `tasks` tasks to `url`, process them with a burst worker, report progress."""
+    app = build_app()
+    images = [Image(name=f"img-{i}.png", width=640 + i % 7) for i in range(tasks // 2)]
+    emails = [
+        # 1 in 10 fails once (retried), 1 in 100 always fails (dead-lettered).
+        Email(to=f"user{i}@example.com", fail_attempts=3 if i % 100 == 7 else int(i % 10 == 3))
+        for i in range(tasks - len(images))
+    ]
+    config = RunnerConfig(
+        num_fetchers=2,
+        num_workers=workers,
+        batch_size=workers,
+        block_seconds=0.2,
+        retry_base_seconds=retry_base_seconds,
+        retry_max_seconds=retry_base_seconds * 4,
+        lease_seconds=30,
+        reclaim_interval_seconds=0.5,
+    )
+    async with open_queue(url, app.queue) as queue:
+        started = time.perf_counter()
+        producer = Producer(queue, app)
+        await producer.dispatch_many("demo.resize_image", images)
+        await producer.dispatch_many("demo.send_email", emails)
+        print(f"dispatched {tasks} tasks to {app.queue!r} on {url}", file=out)
+        runner = Runner(queue, app, config)
+        work = asyncio.create_task(runner.run(burst=True))
+        live = out.isatty()
+        while not work.done():
+            await asyncio.wait({work}, timeout=0.2 if live else 1.0)
+            _progress(runner.stats(), tasks, time.perf_counter() - started, out, live=live)
+        await work
+        summary = DemoSummary(tasks, time.perf_counter() - started, runner.stats())
+    if live:
+        print(file=out)
+    _report(summary, out)
+    return summary
+
+
+def _progress(stats: RunnerStats, total: int, seconds: float, out: TextIO, *, live: bool) -> None:
+    done = stats.succeeded + stats.dead_lettered
+    line = (
+        f"{done:>6}/{total} done  {stats.busy:>3} running  {stats.retried:>4} retried  "
+        f"{stats.dead_lettered:>3} dead-lettered  {done / max(seconds, 1e-9):>8.0f}/s"
+    )
+    print(f"\r{line}" if live else line, end="" if live else "\n", file=out, flush=True)
+
+
+def _report(summary: DemoSummary, out: TextIO) -> None:
+    stats = summary.stats
+    print(
+        "\n".join(
+            [
+                "summary",
+                f"  dispatched     {summary.dispatched}",
+                f"  succeeded      {stats.succeeded}",
+                f"  failed         {stats.failed} attempt(s)",
+                f"  retried        {stats.retried}",
+                f"  dead-lettered  {stats.dead_lettered}",
+                f"  wall time      {summary.seconds:.2f}s",
+                f"  throughput     {summary.per_second:.0f} tasks/s",
+            ]
+        ),
+        file=out,
+    )

@@ -1,0 +1,74 @@
+"""Helpers for runner tests on the in-memory backend with a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from taskrunner import App, Delivery, Runner, RunnerConfig
+from taskrunner.testing import FakeClock
+from taskrunner_backends.memory import InMemoryQueue
+
+# Short, round numbers: a lease of 10 fake seconds, heartbeats and reclaims every 2.5.
+LEASE = 10.0
+FAST = {
+    "lease_seconds": LEASE,
+    "block_seconds": 1.0,
+    "retry_base_seconds": 1.0,
+    "retry_max_seconds": 4.0,
+    "drain_timeout_seconds": 5.0,
+}
+
+
+def config(**overrides: Any) -> RunnerConfig:
+    return RunnerConfig(**{**FAST, **overrides})
+
+
+@asynccontextmanager
+async def running(runner: Runner, *, burst: bool = False) -> AsyncIterator[asyncio.Task[None]]:
+    """Run `runner` in the background; stop it and wait for it on exit."""
+    task = asyncio.create_task(runner.run(burst=burst))
+    await runner.wait_ready()
+    try:
+        yield task
+    finally:
+        if not task.done():
+            runner.stop()
+            runner.stop()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def run_burst(runner: Runner, clock: FakeClock, *, limit: float = 600.0) -> None:
+    """Run `runner` in burst mode, advancing the fake clock until it returns."""
+    task = asyncio.create_task(runner.run(burst=True))
+    await clock.run_until(task.done, step=0.5, limit=limit)
+    await task
+
+
+class BlockingHeartbeatQueue(InMemoryQueue):
+    """A handle whose heartbeats and reclaims hang while `gate` is clear.
+
+    Models a worker whose link to the backend stalls (a network partition, a long GC).
+    """
+
+    def __init__(self, base: InMemoryQueue) -> None:
+        self._store = base._store
+        self._closed = False
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        await self.gate.wait()
+        return await super().heartbeat(deliveries)
+
+    async def reclaim(
+        self, consumer: str, *, idle_seconds: float, max_messages: int
+    ) -> list[Delivery]:
+        await self.gate.wait()
+        return await super().reclaim(consumer, idle_seconds=idle_seconds, max_messages=max_messages)
+
+
+def make(clock: FakeClock, *, requires_heartbeat: bool = True) -> tuple[App, InMemoryQueue]:
+    return App("tests"), InMemoryQueue(clock=clock, requires_heartbeat=requires_heartbeat)
