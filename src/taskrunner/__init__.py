@@ -44,6 +44,8 @@ from taskrunner.queue import (
     QueueAdmin,
     QueueStats,
     Receipt,
+    WorkerInfo,
+    WorkerRegistry,
 )
 from taskrunner.runner import Runner
 from taskrunner.stats import RunnerStats, TaskStats
@@ -84,6 +86,8 @@ __all__ = [
     "TuningConfig",
     "UnknownTaskError",
     "UnsupportedServerError",
+    "WorkerInfo",
+    "WorkerRegistry",
     "__version__",
     "connect",
     "current_task",

@@ -30,6 +30,8 @@ __all__ = [
     "QueueAdmin",
     "QueueStats",
     "Receipt",
+    "WorkerInfo",
+    "WorkerRegistry",
 ]
 
 
@@ -86,6 +88,7 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
         max_batch: Largest ``max_messages`` honoured per call; larger requests are
             clamped. None means no limit.
         admin: The queue also implements `QueueAdmin`.
+        worker_registry: The queue also implements `WorkerRegistry`.
         lease_precision_seconds: How far lease expiry may deviate from the nominal
             ``idle_seconds`` (server clock granularity, replication lag).
     """
@@ -98,6 +101,7 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     shared_across_instances: bool = False
     max_batch: int | None = None
     admin: bool = False
+    worker_registry: bool = False
     lease_precision_seconds: float = 0.0
 
 
@@ -154,6 +158,24 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     delivery_count: int
     dead_at: float
+
+
+class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What one worker process publishes about itself, for sizing and inspection.
+
+    Attributes:
+        instance: Unique name of the process (its consumer-name prefix).
+        workers: Its current pool size.
+        busy: Workers running a task.
+        average_seconds: Moving average of its task durations, None before the first.
+        seen_at: Wall-clock time (Unix seconds) of publication.
+    """
+
+    instance: str
+    workers: int
+    busy: int
+    average_seconds: float | None
+    seen_at: float
 
 
 class Queue(Protocol):
@@ -321,4 +343,27 @@ class QueueAdmin(Protocol):
 
         Receipts of purged in-flight messages report lost from then on.
         """
+        ...
+
+
+class WorkerRegistry(Protocol):
+    """A small registry of live worker processes, kept by the backend.
+
+    Runners publish themselves every few seconds; an entry not refreshed within its
+    ``ttl_seconds`` is no longer listed. The tuning controller and ``taskrunner inspect``
+    read it to know how many workers serve the queue across processes, without
+    scanning the backend's keyspace. A backend that implements it sets
+    `Capabilities.worker_registry`.
+    """
+
+    async def publish_worker(self, info: WorkerInfo, *, ttl_seconds: float) -> None:
+        """Create or refresh `info.instance`'s entry, listed for `ttl_seconds` from now."""
+        ...
+
+    async def remove_worker(self, instance: str) -> None:
+        """Remove `instance`'s entry (at shutdown); idempotent."""
+        ...
+
+    async def live_workers(self) -> list[WorkerInfo]:
+        """Entries refreshed within their TTL, in no particular order."""
         ...

@@ -36,6 +36,7 @@ from taskrunner.queue import (
     Delivery,
     QueueStats,
     Receipt,
+    WorkerInfo,
 )
 
 __all__ = ["InMemoryQueue", "open_from_url"]
@@ -49,6 +50,7 @@ _CAPABILITIES = Capabilities(
     shared_across_instances=True,
     max_batch=None,
     admin=True,
+    worker_registry=True,
 )
 
 
@@ -75,6 +77,8 @@ class _Store:
     in_flight: dict[str, _Message] = field(default_factory=dict)
     dead: dict[str, DeadLetter] = field(default_factory=dict)
     consumers_seen: dict[str, float] = field(default_factory=dict)
+    # instance -> (entry, monotonic expiry)
+    workers: dict[str, tuple[WorkerInfo, float]] = field(default_factory=dict)
     sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     # Replaced by a fresh event each time it is set, so every waiter of one
     # generation wakes once.
@@ -338,6 +342,28 @@ class InMemoryQueue:
         store.delayed.clear()
         store.in_flight.clear()
         return count
+
+    # -- WorkerRegistry --------------------------------------------------------------
+
+    async def publish_worker(self, info: WorkerInfo, *, ttl_seconds: float) -> None:
+        """Create or refresh the entry of `info.instance` for `ttl_seconds`."""
+        self._check_open()
+        store = self._store
+        store.workers[info.instance] = (info, store.clock.monotonic() + ttl_seconds)
+
+    async def remove_worker(self, instance: str) -> None:
+        """Remove the entry of `instance`, if any."""
+        self._check_open()
+        self._store.workers.pop(instance, None)
+
+    async def live_workers(self) -> list[WorkerInfo]:
+        """Entries whose TTL has not run out."""
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        for instance in [i for i, (_, expiry) in store.workers.items() if expiry <= now]:
+            del store.workers[instance]
+        return [info for info, _ in store.workers.values()]
 
     # -- test conveniences (not part of the contract; the runner never calls these) --
 
