@@ -396,7 +396,7 @@ class InMemoryQueue:
 
     def _lease_ready(self, consumer: str, max_messages: int, now: float) -> list[Delivery]:
         store = self._store
-        deliveries = []
+        deliveries: list[Delivery] = []
         while store.ready and len(deliveries) < max_messages:
             message = store.messages[store.ready.popleft()]
             deliveries.append(self._grant(message, consumer, now))
