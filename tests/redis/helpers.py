@@ -1,0 +1,60 @@
+"""Shared helpers of the Redis backend tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import redis.asyncio as aioredis
+
+from taskrunner.queue import Delivery
+from taskrunner_backends.redis import RedisStreamsQueue
+
+T = TypeVar("T")
+
+# Upper bound for anything we wait for; generous for a loaded 2-core CI machine.
+DEADLINE_SECONDS = 20.0
+
+
+async def eventually(
+    attempt: Callable[[], Awaitable[T]],
+    accept: Callable[[T], bool],
+    *,
+    what: str,
+    timeout: float = DEADLINE_SECONDS,
+    interval: float = 0.02,
+) -> T:
+    """Call `attempt` until `accept(result)`; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await attempt()
+        if accept(result):
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: still not true after {timeout} s (last: {result!r})")
+        await asyncio.sleep(interval)
+
+
+def open_queue(url: str, namespace: str, queue_name: str = "q") -> RedisStreamsQueue:
+    """Another handle on a queue (the caller closes it)."""
+    return RedisStreamsQueue(
+        aioredis.Redis.from_url(url), queue_name=queue_name, namespace=namespace, owns_client=True
+    )
+
+
+async def receive_one(queue: RedisStreamsQueue, consumer: str) -> Delivery:
+    """Receive exactly one delivery (waiting up to the deadline)."""
+    [delivery] = await queue.receive(consumer, max_messages=1, wait_seconds=DEADLINE_SECONDS)
+    return delivery
+
+
+async def pending_of(queue: RedisStreamsQueue, entry_id: str) -> tuple[str, int] | None:
+    """(owner, PEL delivery count) of a pending entry, straight from XPENDING."""
+    reply = await queue._raw.call(
+        "xpending", "XPENDING", queue.keys.stream, queue.keys.group, entry_id, entry_id, 1
+    )
+    if not reply:
+        return None
+    return reply[0][1].decode(), int(reply[0][3])
