@@ -23,17 +23,17 @@ async def eventually(
     accept: Callable[[T], bool],
     *,
     what: str,
-    timeout: float = DEADLINE_SECONDS,
+    within: float = DEADLINE_SECONDS,
     interval: float = 0.02,
 ) -> T:
-    """Call `attempt` until `accept(result)`; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
+    """Call `attempt` until `accept(result)`; fail naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
     while True:
         result = await attempt()
         if accept(result):
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still not true after {timeout} s (last: {result!r})")
+            raise AssertionError(f"{what}: still not true after {within} s (last: {result!r})")
         await asyncio.sleep(interval)
 
 

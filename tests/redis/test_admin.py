@@ -1,0 +1,127 @@
+"""QueueAdmin: dead-letter listing, retry, purge; and consumer garbage collection."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from taskrunner_backends.redis import RedisStreamsQueue
+from taskrunner_backends.redis.testing import age_lease
+
+from .helpers import receive_one
+
+pytestmark = pytest.mark.redis
+
+
+async def _dead_letters(queue: RedisStreamsQueue, bodies: list[bytes]) -> list[str]:
+    await queue.add(bodies)
+    deliveries = await queue.receive("a", max_messages=len(bodies), wait_seconds=0)
+    await queue.dead_letter(deliveries, reason="bad")
+    return [letter.message_id for letter in await queue.list_dead_letters()]
+
+
+async def test_list_dead_letters_is_oldest_first_and_limited(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await _dead_letters(redis_queue, [b"1", b"2", b"3"])
+
+    letters = await redis_queue.list_dead_letters(limit=2)
+
+    assert [letter.body for letter in letters] == [b"1", b"2"]
+    assert await redis_queue.list_dead_letters(limit=0) == []
+
+
+async def test_retry_dead_letters_moves_each_back_exactly_once(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    dead_ids = await _dead_letters(redis_queue, [b"1", b"2", b"3"])
+
+    new_ids = await redis_queue.retry_dead_letters([dead_ids[0], "9-9", "junk", dead_ids[2]])
+    again = await redis_queue.retry_dead_letters([dead_ids[0]])
+
+    assert len(new_ids) == 2
+    assert again == []
+    assert [letter.body for letter in await redis_queue.list_dead_letters()] == [b"2"]
+    deliveries = await redis_queue.receive("b", max_messages=10, wait_seconds=0)
+    assert [d.body for d in deliveries] == [b"1", b"3"]
+    assert [d.message_id for d in deliveries] == new_ids
+    assert all(d.delivery_count == 1 for d in deliveries)
+
+
+async def test_retry_all_dead_letters(redis_queue: RedisStreamsQueue) -> None:
+    await _dead_letters(redis_queue, [b"%d" % i for i in range(7)])
+
+    new_ids = await redis_queue.retry_dead_letters()
+
+    assert len(new_ids) == 7
+    assert (await redis_queue.stats()).dead == 0
+    assert await redis_queue.len() == 7
+
+
+async def test_concurrent_retries_neither_lose_nor_duplicate(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    dead_ids = await _dead_letters(redis_queue, [b"%d" % i for i in range(20)])
+
+    results = await asyncio.gather(
+        *(redis_queue.retry_dead_letters(dead_ids) for _ in range(4)),
+        redis_queue.retry_dead_letters(),
+    )
+
+    assert sum(len(r) for r in results) == 20
+    bodies = [d.body for d in await redis_queue.receive("b", max_messages=100, wait_seconds=0)]
+    assert sorted(bodies) == sorted(b"%d" % i for i in range(20))
+
+
+async def test_purge_dead_letters_by_id_and_all(redis_queue: RedisStreamsQueue) -> None:
+    dead_ids = await _dead_letters(redis_queue, [b"1", b"2", b"3"])
+
+    assert await redis_queue.purge_dead_letters([dead_ids[1], "1-1", "junk"]) == 1
+    assert await redis_queue.purge_dead_letters() == 2
+    assert await redis_queue.purge_dead_letters() == 0
+    assert (await redis_queue.stats()).dead == 0
+
+
+async def test_purge_deletes_ready_and_in_flight_but_keeps_dead_letters(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await _dead_letters(redis_queue, [b"dead"])
+    await redis_queue.add([b"1", b"2", b"3"])
+    await receive_one(redis_queue, "a")
+
+    assert await redis_queue.purge() == 3
+
+    stats = await redis_queue.stats()
+    assert (stats.ready, stats.in_flight, stats.dead) == (0, 0, 1)
+
+
+async def test_remove_idle_consumers_never_deletes_one_with_pending_entries(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add([b"1", b"2"])
+    busy = await receive_one(redis_queue, "busy")
+    done = await receive_one(redis_queue, "done")
+    await redis_queue.ack([done])
+    await redis_queue.receive("idle", max_messages=1, wait_seconds=0)  # an empty read
+    await age_lease(redis_queue, busy, 600)
+
+    removed = await redis_queue.remove_idle_consumers(0)
+
+    assert "busy" not in removed
+    assert "done" in removed
+    names = [c.name for c in (await redis_queue.stats()).consumers]
+    assert names == ["busy"]
+    [taken] = await redis_queue.reclaim("other", idle_seconds=300, max_messages=1)
+    assert taken.message_id == busy.message_id
+
+
+async def test_remove_idle_consumers_respects_the_idle_threshold(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add([b"1"])
+    delivery = await receive_one(redis_queue, "recent")
+    await redis_queue.ack([delivery])
+
+    assert await redis_queue.remove_idle_consumers(3600) == []
+    assert [c.name for c in (await redis_queue.stats()).consumers] == ["recent"]

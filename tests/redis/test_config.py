@@ -1,0 +1,158 @@
+"""URL options, secret redaction, server version checks and key layout (no server needed)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import redis.asyncio as aioredis
+
+from taskrunner.errors import (
+    BackendUnavailableError,
+    ConfigurationError,
+    UnsupportedServerError,
+)
+from taskrunner_backends.redis import RedisStreamsQueue, open_from_url
+from taskrunner_backends.redis.keys import QueueKeys, namespace_pattern
+from taskrunner_backends.redis.queue import check_server
+from taskrunner_backends.redis.scripts import SCRIPTS
+from taskrunner_backends.redis.url import redact_url, split_url
+
+
+def test_split_url_separates_queue_options_from_redis_options() -> None:
+    redis_url, options = split_url(
+        "redis://u:pw@localhost:6380/2?namespace=app&socket_timeout=3&protocol=3"
+    )
+
+    assert options == {"namespace": "app"}
+    assert redis_url == "redis://u:pw@localhost:6380/2?socket_timeout=3&protocol=3"
+
+
+def test_unknown_option_is_a_configuration_error_listing_known_options() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        split_url("redis://:secret@localhost/0?namesapce=x")
+
+    message = str(info.value)
+    assert "namesapce" in message
+    assert "namespace" in message
+    assert "socket_timeout" in message
+    assert "secret" not in message
+
+
+def test_repeated_option_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="more than once"):
+        split_url("redis://localhost/0?namespace=a&namespace=b")
+
+
+def test_unsupported_scheme_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="scheme"):
+        split_url("http://localhost/")
+
+
+def test_tls_and_unix_urls_are_accepted() -> None:
+    assert split_url("rediss://localhost:6380/0?ssl_cert_reqs=none")[1] == {}
+    assert split_url("unix:///tmp/redis.sock?db=1&namespace=n")[1] == {"namespace": "n"}
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://user:hunter2@host:6379/0", "redis://user:***@host:6379/0"),
+        ("redis://:hunter2@host/0?namespace=x", "redis://:***@host/0?namespace=x"),
+        ("rediss://host:6380", "rediss://host:6380"),
+        ("redis://user@host", "redis://user@host"),
+    ],
+)
+def test_redact_url_hides_passwords(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
+
+
+async def test_queue_repr_and_errors_never_show_the_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(BackendUnavailableError) as info:
+        # Port 1 on loopback: nothing listens, the connection is refused.
+        await open_from_url("redis://admin:hunter2@127.0.0.1:1/0", queue_name="q")
+
+    assert "hunter2" not in str(info.value)
+    assert "hunter2" not in caplog.text
+
+
+async def test_injected_client_repr_has_no_password() -> None:
+    client = aioredis.Redis(host="127.0.0.1", port=1, password="hunter2")
+    queue = RedisStreamsQueue(client, queue_name="q")
+
+    assert "hunter2" not in repr(queue)
+    assert "127.0.0.1:1" in repr(queue)
+    await client.aclose()
+
+
+async def test_open_from_url_rejects_unknown_options_before_connecting() -> None:
+    with pytest.raises(ConfigurationError):
+        await open_from_url("redis://127.0.0.1:1/0?bogus=1", queue_name="q")
+
+
+def test_constructor_rejects_names_that_break_the_hash_tag() -> None:
+    client = aioredis.Redis()
+    with pytest.raises(ConfigurationError):
+        RedisStreamsQueue(client, queue_name="a}b")
+    with pytest.raises(ConfigurationError):
+        RedisStreamsQueue(client, queue_name="q", namespace="x*")
+    with pytest.raises(TypeError):
+        RedisStreamsQueue(object(), queue_name="q")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        {"redis_version": "6.2.14"},
+        {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "7.0.0"},
+        {"redis_version": "5.0.7"},
+        {},
+    ],
+)
+def test_old_or_unknown_servers_are_rejected(info: dict[str, str]) -> None:
+    with pytest.raises(UnsupportedServerError, match=">="):
+        check_server(info)
+
+
+@pytest.mark.parametrize(
+    ("info", "name", "version"),
+    [
+        ({"redis_version": "7.0.15"}, "redis", (7, 0, 15)),
+        ({"redis_version": "8.2.1"}, "redis", (8, 2, 1)),
+        (
+            {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "9.1.2"},
+            "valkey",
+            (9, 1, 2),
+        ),
+        (
+            {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "7.2.5"},
+            "valkey",
+            (7, 2, 5),
+        ),
+    ],
+)
+def test_supported_servers_are_identified(
+    info: dict[str, str], name: str, version: tuple[int, ...]
+) -> None:
+    found = check_server(info)
+
+    assert (found.name, found.version) == (name, version)
+
+
+def test_every_key_of_a_queue_shares_one_hash_tag() -> None:
+    keys = QueueKeys(namespace="app", queue_name="emails")
+
+    assert keys.all == (
+        "app:{emails}:stream",
+        "app:{emails}:dead",
+        "app:{emails}:delayed",
+        "app:{emails}:parked",
+    )
+    assert namespace_pattern("app") == "app:*"
+
+
+def test_every_script_is_loaded_from_package_data() -> None:
+    assert all(script.source.strip() and len(script.sha) == 40 for script in SCRIPTS.values())
