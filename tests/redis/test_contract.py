@@ -316,3 +316,37 @@ async def test_capabilities_and_requires_heartbeat(redis_queue: RedisStreamsQueu
 def test_receipts_and_deliveries_are_plain_values() -> None:
     # Guards the assumption that deliveries can be compared in assertions.
     assert Delivery.__struct_config__.frozen
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"protocol": 3},
+        {"protocol": 2, "decode_responses": True},
+        {"protocol": 3, "decode_responses": True},
+    ],
+    ids=["resp3", "resp2-decoded", "resp3-decoded"],
+)
+async def test_client_protocol_and_decoding_settings_do_not_matter(
+    redis_url: str, redis_namespace: str, options: dict[str, object]
+) -> None:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(redis_url, **options)  # type: ignore[arg-type]
+    queue = await RedisStreamsQueue.open(client, queue_name="q", namespace=redis_namespace)
+    try:
+        body = bytes(range(256))
+        await queue.add([body])
+        first = await receive_one(queue, "a")
+        waiter = asyncio.create_task(queue.receive("a", max_messages=2, wait_seconds=10))
+        await asyncio.sleep(0.05)  # let it block, so the XREADGROUP reply is parsed
+        await queue.add([b"second"])
+        second = await waiter
+
+        assert first.body == body
+        assert [d.body for d in second] == [b"second"]
+        assert await queue.ack([first, *second]) == []
+        assert (await queue.stats()).in_flight == 0
+    finally:
+        await queue.aclose()
+        await client.aclose()

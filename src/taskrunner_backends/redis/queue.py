@@ -355,6 +355,12 @@ def _stream_entries(reply: object) -> list[tuple[str, object]]:
     return entries
 
 
+def _ready_count(lag: int, length: int, pending: int) -> int:
+    # Without a lag (tombstones after the group's cursor) every stream entry that is not
+    # pending is ready; acked entries are deleted, so the stream holds nothing else.
+    return min(lag, length) if lag >= 0 else max(0, length - pending)
+
+
 def _describe_client(client: aioredis.Redis) -> str:
     kwargs = client.connection_pool.connection_kwargs
     if "path" in kwargs:
@@ -679,12 +685,11 @@ class RedisStreamsQueue:
         """
         await self._ready()
         r = await self._script(
-            "stats", "stats", self._keys.all, (self._keys.group, STATS_PENDING_SAMPLE)
+            "stats", "stats", self._keys.all, (self._keys.group, STATS_PENDING_SAMPLE, "all")
         )
         lag, length, pending, dead, delayed, now_ms = (_as_int(v) for v in r[:6])
         oldest_ready_id, max_idle_ms = _as_str(r[6]), _as_int(r[7])
-        # Without a lag (tombstones), every stream entry not pending is ready.
-        ready = min(lag, length) if lag >= 0 else max(0, length - pending)
+        ready = _ready_count(lag, length, pending)
         oldest_ready_age = None
         if oldest_ready_id:
             oldest_ready_age = max(0, now_ms - int(oldest_ready_id.split("-")[0])) / 1000
@@ -709,9 +714,11 @@ class RedisStreamsQueue:
         )
 
     async def len(self) -> int:
-        """Ready (including delayed) plus in-flight messages."""
-        stats = await self.stats()
-        return stats.ready + stats.in_flight
+        """Ready (including delayed) plus in-flight messages, counted as `stats` counts them."""
+        await self._ready()
+        r = await self._script("len", "stats", self._keys.all, (self._keys.group, 0, "counts"))
+        lag, length, pending, _, delayed = (_as_int(v) for v in r[:5])
+        return _ready_count(lag, length, pending) + delayed + pending
 
     # -- QueueAdmin -----------------------------------------------------------------------
 

@@ -1,13 +1,14 @@
 -- One consistent snapshot of the queue's counters.
 --
 -- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream
--- ARGV: 1 group, 2 how many of the oldest pending entries to inspect for idle time
+-- ARGV: 1 group, 2 how many of the oldest pending entries to inspect for idle time,
+--       3 "counts" to return only the first five numbers (for len)
 -- Returns {lag or -1, stream length, pending, dead, delayed, server ms,
 --          id of the oldest ready entry or "", longest idle ms among inspected or -1,
 --          consumer count, then per consumer: name, pending, idle ms, inactive ms or -1}
 
 local stream, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
-local group, sample = ARGV[1], ARGV[2]
+local group, sample, counts_only = ARGV[1], ARGV[2], ARGV[3] == 'counts'
 
 local function as_map(flat)
   local m = {}
@@ -32,14 +33,19 @@ if info == nil then
   return redis.error_reply('NOGROUP consumer group ' .. group .. ' does not exist')
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
 -- lag is nil when the server cannot compute it (tombstones after the group's cursor).
 local lag = info['lag']
 if not lag then
   lag = -1
 end
+if counts_only then
+  return {lag, redis.call('XLEN', stream), info['pending'], redis.call('XLEN', dead),
+          redis.call('ZCARD', delayed)}
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
 local oldest_ready = ''
 local first = redis.call('XRANGE', stream, '(' .. info['last-delivered-id'], '+', 'COUNT', 1)
 if #first > 0 then
