@@ -596,6 +596,9 @@ class RedisStreamsQueue:
     async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Complete and delete each delivery still owned under its receipt.
 
+        An owned message whose stream entry was deleted underneath (trimming, a stray
+        XDEL) counts as completed: its lease was current and nothing is left to redo.
+
         Returns:
             The deliveries not completed by this call (lease lost, already completed).
         """
