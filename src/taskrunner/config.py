@@ -40,7 +40,8 @@ class TuningConfig:
         wait_tolerance_seconds: Half-width of the band (>= 0).
         cooldown_seconds: Least time between two resizes, and between two batch-size
             changes of one fetcher (>= 0; 0 means none).
-        interval_seconds: How often the controller looks at the statistics (> 0).
+
+    The controller decides after every observation (``monitor_interval_seconds``).
     """
 
     min_workers: int
@@ -48,7 +49,6 @@ class TuningConfig:
     desired_wait_seconds: float
     wait_tolerance_seconds: float = 0.0
     cooldown_seconds: float = 10.0
-    interval_seconds: float = 1.0
 
     def __post_init__(self) -> None:
         _check_int(self, "min_workers", minimum=1)
@@ -61,7 +61,6 @@ class TuningConfig:
         _check_float(self, "desired_wait_seconds", positive=True)
         _check_float(self, "wait_tolerance_seconds")
         _check_float(self, "cooldown_seconds")
-        _check_float(self, "interval_seconds", positive=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +100,8 @@ class RunnerConfig:
         long_queue_threshold_seconds: Predicted wait above which `long_queue_hook` is
             called (once per episode).
         long_queue_hook: Called with the predicted wait when it exceeds the threshold.
+        monitor_interval_seconds: How often the runner reads the backlog, publishes
+            itself in the worker registry and recomputes the predicted wait (> 0).
     """
 
     num_fetchers: int = 1
@@ -120,6 +121,7 @@ class RunnerConfig:
     tuning: TuningConfig | None = None
     long_queue_threshold_seconds: float | None = None
     long_queue_hook: LongQueueHook | None = None
+    monitor_interval_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         _check_int(self, "num_fetchers", minimum=1, maximum=MAX_FETCHERS)
@@ -168,6 +170,7 @@ class RunnerConfig:
         _check_float(self, "drain_timeout_seconds")
         _check_callable(self, "failed_task_handler")
         _check_callable(self, "long_queue_hook")
+        _check_float(self, "monitor_interval_seconds", positive=True)
         if self.long_queue_threshold_seconds is not None:
             _check_float(self, "long_queue_threshold_seconds", positive=True)
         if (self.long_queue_hook is None) != (self.long_queue_threshold_seconds is None):

@@ -40,6 +40,9 @@ class Fetcher:
         wait_seconds: How long one receive waits for a first message.
         clock: Paces backoff.
         stopping: Set when the runner shuts down.
+        batch_cooldown_seconds: In tuning mode, the batch size follows the pool's free
+            capacity, changing at most once per this many seconds (0: any time). None
+            keeps the batch size fixed.
     """
 
     def __init__(
@@ -53,9 +56,13 @@ class Fetcher:
         wait_seconds: float,
         clock: Clock,
         stopping: asyncio.Event,
+        batch_cooldown_seconds: float | None = None,
     ) -> None:
         self.consumer = consumer
         self.batch_size = batch_size
+        self._base_batch = batch_size
+        self._batch_cooldown = batch_cooldown_seconds
+        self._batch_changed_at: float | None = None
         self._queue = queue
         self._pool = pool
         self._hand_over = hand_over
@@ -78,6 +85,8 @@ class Fetcher:
     async def _fetch_until_stopped(self) -> None:
         unavailable = Backoff()
         while not self._stopping.is_set():
+            if self._batch_cooldown is not None:
+                self.follow_free_capacity()
             reserved = await self._pool.reserve(self.batch_size)
             if not reserved:
                 return
@@ -99,3 +108,27 @@ class Fetcher:
                 self.receiving = False
             unavailable.reset()
             self._hand_over(deliveries, reserved)
+
+    def follow_free_capacity(self) -> None:
+        """Move the batch size to the pool's free capacity when it strayed too far.
+
+        The band rule of the design: a batch size outside free capacity ± the
+        configured batch size becomes the free capacity, at most once per cooldown. A
+        pool that grew to 200 free workers is fed in batches of about 200, and one that
+        shrank is not over-asked (the reservation caps every receive at the free
+        capacity anyway).
+        """
+        assert self._batch_cooldown is not None
+        free = self._pool.free()
+        base = self._base_batch
+        if free - base <= self.batch_size <= free + base:
+            return
+        now = self._clock.monotonic()
+        if (
+            self._batch_cooldown > 0
+            and self._batch_changed_at is not None
+            and now - self._batch_changed_at < self._batch_cooldown
+        ):
+            return
+        self.batch_size = max(1, free)
+        self._batch_changed_at = now

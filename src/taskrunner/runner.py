@@ -25,7 +25,9 @@ import logging
 import os
 import secrets
 import socket
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from taskrunner.acker import Acker
 from taskrunner.app import App
@@ -36,10 +38,12 @@ from taskrunner.executor import Executor
 from taskrunner.fetcher import Fetcher
 from taskrunner.heartbeat import LeaseKeeper
 from taskrunner.leases import Lease, LeaseTable
+from taskrunner.monitor import Monitor
 from taskrunner.pool import WorkerPool
 from taskrunner.queue import Delivery, Queue
 from taskrunner.reclaimer import Reclaimer
 from taskrunner.stats import RunnerStats, StatsRecorder
+from taskrunner.tuning import Autoscaler
 
 __all__ = ["Runner"]
 
@@ -109,6 +113,22 @@ class Runner:
         self._tg: asyncio.TaskGroup | None = None
         self._started = False
         self.fetchers: list[Fetcher] = []
+        tuning = self.config.tuning
+        self.autoscaler = (
+            None if tuning is None else Autoscaler(self._pool, tuning, clock=self._clock)
+        )
+        self.monitor = Monitor(
+            queue,
+            self._pool,
+            self._stats,
+            instance=self._incarnation,
+            clock=self._clock,
+            interval_seconds=self.config.monitor_interval_seconds,
+            spawn=self._spawn,
+            autoscaler=self.autoscaler,
+            threshold_seconds=self.config.long_queue_threshold_seconds,
+            hook=self.config.long_queue_hook,
+        )
 
     @property
     def consumer_names(self) -> list[str]:
@@ -134,9 +154,16 @@ class Runner:
         self._stop_requested.set()
 
     def stats(self) -> RunnerStats:
-        """Counters and pool figures of this runner, as of now."""
+        """Counters and pool figures of this runner, with the last queue observation."""
+        seen = self.monitor.latest
         return self._stats.snapshot(
-            in_flight=len(self._leases), workers=self._pool.capacity, busy=self._pool.busy
+            in_flight=len(self._leases),
+            workers=self._pool.capacity,
+            busy=self._pool.busy,
+            backlog=None if seen is None else seen.backlog,
+            cluster_workers=None if seen is None else seen.workers,
+            processes=None if seen is None else seen.processes,
+            predicted_wait_seconds=None if seen is None else seen.predicted_wait_seconds,
         )
 
     async def run(self, *, burst: bool = False) -> None:
@@ -163,6 +190,9 @@ class Runner:
                 wait_seconds=wait_seconds,
                 clock=self._clock,
                 stopping=self._stopping,
+                batch_cooldown_seconds=None
+                if config.tuning is None
+                else (config.tuning.cooldown_seconds),
             )
             for i in range(config.num_fetchers)
         ]
@@ -171,7 +201,7 @@ class Runner:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
                 acker = tg.create_task(self._acker.run(), name="taskrunner:acker")
-                background: list[asyncio.Task[None]] = []
+                background = [tg.create_task(self.monitor.run(), name="taskrunner:monitor")]
                 reclaimer: asyncio.Task[None] | None = None
                 if heartbeats:
                     background.append(
@@ -227,6 +257,10 @@ class Runner:
             clock=self._clock,
             stopping=self._stopping,
         )
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        assert self._tg is not None
+        return self._tg.create_task(coroutine)
 
     def _thread_pool(self) -> ThreadPoolExecutor:
         if self._threads is None:

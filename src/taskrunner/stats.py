@@ -52,6 +52,11 @@ class RunnerStats:
         workers: Current pool size.
         busy: Workers running a task now.
         average_seconds: Moving average of attempt durations over all tasks.
+        backlog: Ready messages in the backend at the last observation.
+        cluster_workers: Workers serving the queue across live processes.
+        processes: Live worker processes (1 when the backend has no registry).
+        predicted_wait_seconds: average duration x backlog / cluster workers, at the
+            last observation; None when unknown.
         tasks: Per-task statistics by task name.
     """
 
@@ -67,6 +72,10 @@ class RunnerStats:
     workers: int = 0
     busy: int = 0
     average_seconds: float | None = None
+    backlog: int | None = None
+    cluster_workers: int | None = None
+    processes: int | None = None
+    predicted_wait_seconds: float | None = None
     tasks: dict[str, TaskStats] = field(default_factory=dict)
 
 
@@ -118,8 +127,18 @@ class StatsRecorder:
         """Record a message dead-lettered (task None: the body named no task)."""
         self._task(task or "<malformed>").dead_lettered += 1
 
-    def snapshot(self, *, in_flight: int, workers: int, busy: int) -> RunnerStats:
-        """Freeze the counters, with the pool figures the caller supplies."""
+    def snapshot(
+        self,
+        *,
+        in_flight: int,
+        workers: int,
+        busy: int,
+        backlog: int | None = None,
+        cluster_workers: int | None = None,
+        processes: int | None = None,
+        predicted_wait_seconds: float | None = None,
+    ) -> RunnerStats:
+        """Freeze the counters, with the pool and queue figures the caller supplies."""
         tasks = {
             name: TaskStats(
                 succeeded=c.succeeded,
@@ -143,5 +162,9 @@ class StatsRecorder:
             workers=workers,
             busy=busy,
             average_seconds=self.average_seconds,
+            backlog=backlog,
+            cluster_workers=cluster_workers,
+            processes=processes,
+            predicted_wait_seconds=predicted_wait_seconds,
             tasks=tasks,
         )

@@ -1,0 +1,201 @@
+"""The monitor: what the queue looks like from here, every few seconds.
+
+Internal module. Every ``monitor_interval_seconds`` it publishes this process in the
+backend's worker registry (when the backend has one), reads the ready backlog from
+the backend's stats (ready messages, not a length that counts processed entries) and
+the live processes from the registry, and computes the predicted wait. Then it lets the
+autoscaler react (tuning mode) and checks the long-queue threshold.
+
+The long-queue hook fires once per episode: when the predicted wait rises above the
+threshold, and again only after it fell below 80 % of it. The hook runs in its own
+task (a plain function in a thread), so a slow hook never stalls the workers; while one
+call is still running, the next episode's call is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, cast
+
+from taskrunner.clock import Clock
+from taskrunner.config import LongQueueHook
+from taskrunner.errors import BackendError
+from taskrunner.pool import WorkerPool
+from taskrunner.queue import Queue, WorkerInfo, WorkerRegistry
+from taskrunner.stats import StatsRecorder
+from taskrunner.tuning import Autoscaler, predicted_wait
+
+__all__ = ["Monitor", "Observation"]
+
+_log = logging.getLogger("taskrunner.monitor")
+
+# The hook re-arms once the predicted wait falls below this fraction of the threshold.
+_REARM_FRACTION = 0.8
+
+# Registry entries outlive this many missed publications before they expire.
+_TTL_INTERVALS = 3
+
+Spawn = Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Observation:
+    """One look at the queue.
+
+    Attributes:
+        backlog: Ready messages in the backend.
+        workers: Workers serving the queue across processes (this one alone when the
+            backend has no registry).
+        busy: Of those, running a task.
+        processes: Live worker processes counted in `workers`.
+        average_seconds: Worker-weighted average task duration, None before any.
+        predicted_wait_seconds: average x backlog / workers; None when unknown.
+    """
+
+    backlog: int
+    workers: int
+    busy: int
+    processes: int
+    average_seconds: float | None
+    predicted_wait_seconds: float | None
+
+
+class Monitor:
+    """Observes the queue periodically and reacts to what it sees.
+
+    Args:
+        queue: The backend.
+        pool: This process's worker pool.
+        stats: This process's counters (for its average duration).
+        instance: This process's unique name in the registry.
+        clock: Paces the observations.
+        interval_seconds: Time between two observations.
+        spawn: Starts a task in the runner's task group (for hook calls).
+        autoscaler: Resizes the pool after each observation, in tuning mode.
+        threshold_seconds: Predicted wait above which `hook` fires.
+        hook: The long-queue hook.
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        pool: WorkerPool,
+        stats: StatsRecorder,
+        *,
+        instance: str,
+        clock: Clock,
+        interval_seconds: float,
+        spawn: Spawn,
+        autoscaler: Autoscaler | None = None,
+        threshold_seconds: float | None = None,
+        hook: LongQueueHook | None = None,
+    ) -> None:
+        self._queue = queue
+        self._pool = pool
+        self._stats = stats
+        self._instance = instance
+        self._clock = clock
+        self._interval = interval_seconds
+        self._spawn = spawn
+        self._autoscaler = autoscaler
+        self._threshold = threshold_seconds
+        self._hook = hook
+        self._armed = True
+        self._hook_task: asyncio.Task[None] | None = None
+        self._registry = cast(WorkerRegistry, queue) if queue.capabilities.worker_registry else None
+        self.latest: Observation | None = None
+
+    async def run(self) -> None:
+        """Observe every interval until cancelled, then leave the registry."""
+        try:
+            while True:
+                try:
+                    await self.observe()
+                except BackendError as exc:
+                    _log.warning("could not read the queue's statistics: %s", exc)
+                except Exception:
+                    # A bug must not end monitoring for the life of the process.
+                    _log.exception("monitor crashed")
+                await self._clock.sleep(self._interval)
+        finally:
+            if self._registry is not None:
+                # Best effort: an entry left behind expires on its own after its TTL.
+                with contextlib.suppress(BackendError, asyncio.CancelledError):
+                    await asyncio.shield(self._registry.remove_worker(self._instance))
+
+    async def observe(self) -> Observation:
+        """Publish, read, compute, react; returns the new observation."""
+        me = WorkerInfo(
+            instance=self._instance,
+            workers=self._pool.capacity,
+            busy=self._pool.busy,
+            average_seconds=self._stats.average_seconds,
+            seen_at=self._clock.time(),
+        )
+        peers: dict[str, WorkerInfo] = {}
+        if self._registry is not None:
+            await self._registry.publish_worker(me, ttl_seconds=_TTL_INTERVALS * self._interval)
+            peers = {info.instance: info for info in await self._registry.live_workers()}
+        peers[me.instance] = me
+        backlog = (await self._queue.stats()).ready
+        workers = sum(info.workers for info in peers.values())
+        busy = sum(info.busy for info in peers.values())
+        timed = [info for info in peers.values() if info.average_seconds is not None]
+        weight = sum(info.workers for info in timed)
+        average = (
+            sum(cast(float, info.average_seconds) * info.workers for info in timed) / weight
+            if weight
+            else None
+        )
+        observation = Observation(
+            backlog=backlog,
+            workers=workers,
+            busy=busy,
+            processes=len(peers),
+            average_seconds=average,
+            predicted_wait_seconds=predicted_wait(average, backlog, workers),
+        )
+        self.latest = observation
+        if self._autoscaler is not None:
+            self._autoscaler.apply(
+                backlog=backlog, workers=workers, busy=busy, average_seconds=average
+            )
+        self._check_long_queue(observation.predicted_wait_seconds)
+        return observation
+
+    def _check_long_queue(self, predicted: float | None) -> None:
+        if self._threshold is None or self._hook is None or predicted is None:
+            return
+        if not self._armed:
+            if predicted < _REARM_FRACTION * self._threshold:
+                self._armed = True
+            return
+        if predicted <= self._threshold:
+            return
+        self._armed = False
+        if self._hook_task is not None and not self._hook_task.done():
+            _log.warning("long-queue hook still running from the last episode; skipped")
+            return
+        _log.warning(
+            "predicted wait %.1fs exceeds the long-queue threshold %.1fs",
+            predicted,
+            self._threshold,
+        )
+        self._hook_task = self._spawn(_call_hook(self._hook, predicted))
+
+
+async def _call_hook(hook: LongQueueHook, predicted: float) -> None:
+    try:
+        if inspect.iscoroutinefunction(hook):
+            await hook(predicted)
+            return
+        result = await asyncio.to_thread(hook, predicted)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        _log.exception("long-queue hook raised")
