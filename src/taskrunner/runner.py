@@ -138,6 +138,11 @@ class Runner:
         ]
 
     @property
+    def queue_name(self) -> str:
+        """Name of the queue this runner consumes."""
+        return self._app.queue
+
+    @property
     def pool(self) -> WorkerPool:
         """The worker pool (tuning mode resizes it)."""
         return self._pool
