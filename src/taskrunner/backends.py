@@ -15,6 +15,7 @@ imports redis-py.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -26,7 +27,14 @@ from taskrunner.errors import ConfigurationError
 from taskrunner.logs import mask_url
 from taskrunner.queue import Queue
 
-__all__ = ["DEFAULT_URL", "connect", "known_schemes", "open_queue"]
+__all__ = [
+    "DEFAULT_URL",
+    "ENTRY_POINT_GROUP",
+    "check_url",
+    "connect",
+    "known_schemes",
+    "open_queue",
+]
 
 # Used when nothing is configured: serves without installing any server.
 DEFAULT_URL = "memory://"
@@ -52,26 +60,62 @@ def known_schemes() -> list[str]:
     return sorted(schemes)
 
 
-def _factory(scheme: str, url: str) -> BackendFactory:
-    target = _BUILT_IN.get(scheme)
-    if target is None:
-        for ep in entry_points(group=ENTRY_POINT_GROUP, name=scheme):
-            target = ep.value
-            break
-    if target is None:
+def check_url(url: str) -> str:
+    """Check that `url` has a scheme some backend serves; returns the scheme (lower case).
+
+    Only the scheme is checked here; each backend checks the rest of its URL (host,
+    options) when it opens it. Nothing is imported.
+
+    Raises:
+        ConfigurationError: The URL has no scheme, or no backend serves it (the
+            message lists the known schemes and suggests the closest).
+    """
+    if not isinstance(url, str):
         raise ConfigurationError(
-            f"no backend for URL scheme {scheme!r} in {mask_url(url)!r}; "
-            f"known schemes: {', '.join(known_schemes())}",
+            f"backend URL must be a string, got {type(url).__name__}", setting="url"
+        )
+    scheme, separator, _ = url.partition("://")
+    if not separator or not scheme:
+        raise ConfigurationError(
+            f"backend URL {mask_url(url)!r} has no scheme; expected e.g. memory:// or "
+            "redis://127.0.0.1:6379/0",
             setting="url",
         )
-    module_name, _, attribute = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
+    scheme = scheme.lower()
+    known = known_schemes()
+    if scheme not in known:
+        close = difflib.get_close_matches(scheme, known, n=1)
+        hint = f"did you mean {close[0]}://? " if close else ""
         raise ConfigurationError(
-            f"backend for {scheme}:// ({target}) cannot be imported: {exc}", setting="url"
-        ) from exc
-    factory: Any = getattr(module, attribute, None)
+            f"no backend for URL scheme {scheme!r} in {mask_url(url)!r}; {hint}"
+            f"known schemes: {', '.join(known)} (a third-party backend adds its scheme "
+            f"with an entry point in the {ENTRY_POINT_GROUP!r} group)",
+            setting="url",
+        )
+    return scheme
+
+
+def _factory(scheme: str) -> BackendFactory:
+    target = _BUILT_IN.get(scheme)
+    factory: Any
+    if target is not None:
+        module_name, _, attribute = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"backend for {scheme}:// ({target}) cannot be imported: {exc}", setting="url"
+            ) from exc
+        factory = getattr(module, attribute, None)
+    else:
+        entry_point = next(iter(entry_points(group=ENTRY_POINT_GROUP, name=scheme)))
+        target = f"{entry_point.value} (entry point {scheme!r} in {ENTRY_POINT_GROUP!r})"
+        try:
+            factory = entry_point.load()
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(
+                f"backend for {scheme}:// ({target}) cannot be loaded: {exc}", setting="url"
+            ) from exc
     if not callable(factory):
         raise ConfigurationError(
             f"backend for {scheme}:// names {target}, which is not a callable factory",
@@ -87,14 +131,7 @@ async def connect(url: str, queue_name: str, *, clock: Clock | None = None) -> Q
         ConfigurationError: The URL is malformed, its scheme unknown, or an option bad.
         BackendUnavailableError: The backend could not be reached.
     """
-    scheme, separator, _ = url.partition("://")
-    if not separator or not scheme:
-        raise ConfigurationError(
-            f"backend URL {mask_url(url)!r} has no scheme; expected e.g. memory:// or "
-            "redis://host:6379/0",
-            setting="url",
-        )
-    factory = _factory(scheme.lower(), url)
+    factory = _factory(check_url(url))
     return await factory(url, queue_name=queue_name, clock=clock)
 
 
