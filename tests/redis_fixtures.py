@@ -28,9 +28,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
-import redis
 from taskrunner_backends.redis import RedisStreamsQueue
 from taskrunner_backends.redis.keys import namespace_pattern
 from tests.servers import RedisServer, ServerKind, find_server_binary, ping
