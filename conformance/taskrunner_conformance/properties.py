@@ -1,0 +1,323 @@
+"""The numbered properties the suite checks, and how contract sentences become test names.
+
+Property ids P1-P40 follow the conformance reference (``reference/conformance.md``
+section 5) so results can be compared with it; ids X1-X3 are guarantees of
+`taskrunner.queue.Queue` that the reference does not number. Where the contract
+lacks the mechanism a reference property assumes, the property is adapted and its
+``adapted`` note says how; the conformance report prints that note.
+
+Each test of the suite names the properties it checks; a property passes when all its
+tests pass, fails when any fails, and is skipped (not applicable) when all are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+__all__ = ["PROPERTIES", "Property", "contract_sentences", "contract_test_name", "property_by_id"]
+
+
+class Property(NamedTuple):
+    """One numbered property.
+
+    Attributes:
+        id: ``P1``...``P40`` or ``X1``...
+        name: Short snake_case name.
+        summary: What is checked, in one sentence.
+        gate: What makes it apply: ``core`` or the capability / hook it needs.
+        adapted: How it departs from the reference property, if it does.
+    """
+
+    id: str
+    name: str
+    summary: str
+    gate: str
+    adapted: str = ""
+
+
+PROPERTIES: tuple[Property, ...] = (
+    Property(
+        "P1",
+        "roundtrip_bytes",
+        "bodies come back byte-identical, count 1, stable id",
+        "core",
+        "no per-message metadata in the contract; empty, non-UTF-8 and 64 KiB bodies",
+    ),
+    Property(
+        "P2",
+        "empty_nonblocking",
+        "receive with wait 0 on an empty queue returns [] at once",
+        "core",
+    ),
+    Property(
+        "P3",
+        "block_timeout",
+        "a blocking receive returns [] only after its wait",
+        "capabilities.blocking_receive",
+    ),
+    Property(
+        "P4",
+        "block_wakeup",
+        "a blocking receive wakes when a message arrives",
+        "capabilities.blocking_receive",
+    ),
+    Property(
+        "P5",
+        "batch_limits",
+        "receive returns 1..max_messages while any are ready, all once",
+        "core",
+        "max_messages < 1 is covered by P30",
+    ),
+    Property(
+        "P6", "enqueue_before_consumers", "messages added before any consumer are delivered", "core"
+    ),
+    Property(
+        "P7", "len_semantics", "len is ready + in-flight; dead letters are not counted", "core"
+    ),
+    Property(
+        "P8",
+        "delete_queue",
+        "purge removes ready and in-flight messages; receipts report lost",
+        "capabilities.admin",
+        "the contract has no delete; QueueAdmin.purge is tested",
+    ),
+    Property("P9", "ack_is_final", "an acked message is never delivered again", "core"),
+    Property(
+        "P10",
+        "ack_idempotent",
+        "acking a completed delivery reports it, changes nothing",
+        "core",
+        "'already acked' is a delivery in the returned list",
+    ),
+    Property(
+        "P11",
+        "ack_unknown_handle",
+        "forged or foreign deliveries are reported, never acted on",
+        "core",
+        "reported in the returned list (or ValueError for a malformed id)",
+    ),
+    Property(
+        "P12",
+        "late_ack_reported",
+        "an ack with a stale receipt is reported and does nothing",
+        "requires_heartbeat",
+        "the contract's late-ack policy is reject",
+    ),
+    Property(
+        "P13",
+        "inflight_invisible",
+        "a leased message goes to nobody else while its lease lives",
+        "core",
+    ),
+    Property(
+        "P14",
+        "expiry_allows_reclaim",
+        "a lapsed lease is reclaimed with count + 1",
+        "requires_heartbeat",
+    ),
+    Property(
+        "P15",
+        "heartbeat_prevents_steal",
+        "a heartbeating owner keeps its message",
+        "requires_heartbeat",
+    ),
+    Property(
+        "P16",
+        "stale_heartbeat_no_stealback",
+        "a stale heartbeat is reported, takes nothing back",
+        "requires_heartbeat",
+    ),
+    Property(
+        "P17",
+        "fencing_same_consumer",
+        "an older receipt of the same consumer is stale",
+        "requires_heartbeat",
+    ),
+    Property(
+        "P18",
+        "heartbeat_extends",
+        "a heartbeat restarts the lease from the time it is made",
+        "requires_heartbeat",
+    ),
+    Property(
+        "P19",
+        "heartbeat_after_ack",
+        "heartbeats of completed deliveries are reported, no revival",
+        "core",
+        "payload removal is covered by P29",
+    ),
+    Property(
+        "P20",
+        "single_winner_reclaim",
+        "racing reclaimers: each lapsed message to exactly one",
+        "requires_heartbeat",
+    ),
+    Property(
+        "P21",
+        "reclaim_reaches_backlog",
+        "successive reclaims find lapsed messages behind live ones",
+        "requires_heartbeat",
+    ),
+    Property(
+        "P22", "heartbeat_counter_stable", "heartbeats never change the delivery count", "core"
+    ),
+    Property(
+        "P23",
+        "crash_redelivery",
+        "a vanished consumer's messages are reclaimed after the lease",
+        "requires_heartbeat",
+    ),
+    Property(
+        "P24",
+        "consumer_cleanup_safe",
+        "an idle consumer's pending messages stay reclaimable",
+        "requires_heartbeat",
+        "no GC hook in the contract; other consumers churn meanwhile",
+    ),
+    Property(
+        "P25",
+        "release_immediate",
+        "a released message comes back after its delay, count + 1",
+        "core",
+    ),
+    Property(
+        "P26",
+        "max_deliveries",
+        "dead-lettered at its last delivery, keeps body/reason/count",
+        "core",
+        "the cap is the runner's; the suite checks exact counts and dead_letter",
+    ),
+    Property(
+        "P27", "delivery_count_exposed", "count is 1 first, +1 per reclaim or release", "core"
+    ),
+    Property(
+        "P28",
+        "malformed_payload_isolated",
+        "an unreadable entry never breaks receive or loops",
+        "hook inject_raw",
+    ),
+    Property(
+        "P29",
+        "payload_removed_underneath",
+        "a vanished payload is reported lost, dead-lettered",
+        "hook remove_payload",
+    ),
+    Property(
+        "P30",
+        "invalid_arguments",
+        "invalid arguments raise ValueError/TypeError, change nothing",
+        "core",
+    ),
+    Property(
+        "P31",
+        "no_overlapping_live_leases",
+        "history: no two live leases on one message",
+        "requires_heartbeat",
+    ),
+    Property(
+        "P32",
+        "at_least_once_chaos",
+        "history under crashes and expiries: nothing lost",
+        "core",
+        "crashes and expiries only when requires_heartbeat",
+    ),
+    Property(
+        "P33",
+        "no_dup_without_faults",
+        "no faults, work shorter than the lease: no duplicates",
+        "core",
+    ),
+    Property(
+        "P34",
+        "concurrent_producers",
+        "concurrent adds: unique ids, every message delivered",
+        "core",
+    ),
+    Property("P35", "ordering", "a single consumer receives in add order", "capabilities.ordering"),
+    Property(
+        "P36",
+        "bounded_storage",
+        "storage stays bounded over many add/receive/ack cycles",
+        "hook storage_size",
+    ),
+    Property(
+        "P37",
+        "survives_restart",
+        "unacked messages survive a backend restart, acked stay gone",
+        "capabilities.persistent + hook restart_backend",
+    ),
+    Property(
+        "P38",
+        "durable_enqueue_crash",
+        "an added message survives a crash right after add",
+        "capabilities.durable_enqueue + hook crash_backend",
+    ),
+    Property(
+        "P39",
+        "outage_errors_typed",
+        "outages raise BackendError subclasses; work resumes",
+        "hooks stop_backend/start_backend",
+    ),
+    Property(
+        "P40",
+        "stateful_model",
+        "random operations agree with an independent reference model",
+        "harness clock or hook age_lease",
+    ),
+    Property(
+        "X1",
+        "aclose_semantics",
+        "aclose is idempotent; other methods then raise QueueClosedError",
+        "core",
+    ),
+    Property(
+        "X2",
+        "dead_letter_admin",
+        "dead letters are listed, retried and purged exactly once",
+        "capabilities.admin",
+    ),
+    Property(
+        "X3",
+        "cancel_safe_receive",
+        "a cancelled receive leaves no message leased unseen",
+        "capabilities.cancel_safe_receive",
+    ),
+)
+
+_BY_ID = {prop.id: prop for prop in PROPERTIES}
+
+
+def property_by_id(property_id: str) -> Property:
+    """The property with id `property_id`.
+
+    Raises:
+        KeyError: No such property.
+    """
+    return _BY_ID[property_id]
+
+
+def contract_sentences(docstring: str) -> list[str]:
+    """The guarantee bullets (``* ...``) of a contract docstring, one sentence each."""
+    sentences = []
+    for line in docstring.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("* "):
+            sentences.append(stripped[2:])
+    return sentences
+
+
+def contract_test_name(sentence: str) -> str:
+    """The test name that reads the same as a contract sentence.
+
+    Articles at the start are dropped, ``+`` reads "plus", ``[]`` reads "empty",
+    CamelCase names become snake_case and punctuation becomes underscores:
+    "A heartbeat never changes the delivery count." becomes
+    ``test_heartbeat_never_changes_the_delivery_count``.
+    """
+    text = sentence.replace("`[]`", "empty").replace("[]", "empty").replace("+", " plus ")
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text)
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    if words and words[0] in ("a", "an", "the"):
+        words = words[1:]
+    return "test_" + "_".join(words)

@@ -1,0 +1,387 @@
+"""The conformance report: per-property results collected from a pytest run.
+
+`ConformanceReporter` is a pytest plugin. The command-line path
+(`taskrunner_conformance.runner`) always installs it; in your own test run, add
+``-p taskrunner_conformance.report`` to get the same report at the end of pytest's
+output. It is inert otherwise: tests without property ids are ignored.
+
+A property passes when every test checking it passed, fails when any failed, and is
+skipped (not applicable to this backend) when all were skipped; the reason shown is
+the skip reason or the first failure's message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pytest
+
+from taskrunner.queue import Capabilities
+
+from .properties import PROPERTIES, Property
+
+__all__ = [
+    "ConformanceReport",
+    "ConformanceReporter",
+    "PropertyResult",
+    "TestResult",
+    "note_backend",
+]
+
+Outcome = Literal["passed", "failed", "skipped"]
+
+SUITE_VERSION = "1.0"
+
+
+@dataclass(slots=True)
+class TestResult:
+    """One test's outcome.
+
+    Attributes:
+        name: The test function's name.
+        outcome: passed, failed or skipped.
+        reason: The skip reason or the failure's first line.
+        seconds: Time spent in the test.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    name: str
+    outcome: Outcome
+    reason: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class PropertyResult:
+    """One property's aggregated outcome.
+
+    Attributes:
+        definition: The property.
+        tests: Results of the tests that check it (empty when none ran).
+    """
+
+    definition: Property
+    tests: list[TestResult] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> Outcome | Literal["not run"]:
+        """Failed if any test failed, passed if any passed, skipped if all skipped."""
+        outcomes = {t.outcome for t in self.tests}
+        if "failed" in outcomes:
+            return "failed"
+        if "passed" in outcomes:
+            return "passed"
+        return "skipped" if outcomes else "not run"
+
+    @property
+    def reason(self) -> str:
+        """Why it failed or was skipped."""
+        for wanted in ("failed", "skipped"):
+            for test in self.tests:
+                if test.outcome == wanted and self.outcome == wanted:
+                    return test.reason
+        return ""
+
+
+@dataclass(slots=True)
+class BackendInfo:
+    """What the backend claimed, as seen by the first test that opened a queue."""
+
+    capabilities: Capabilities | None = None
+    requires_heartbeat: bool | None = None
+    lease_seconds: float | None = None
+    time_mode: str = ""
+    hooks: tuple[str, ...] = ()
+
+
+_observed = BackendInfo()
+
+
+def note_backend(
+    capabilities: Capabilities,
+    *,
+    requires_heartbeat: bool,
+    lease_seconds: float,
+    time_mode: str,
+    hooks: Iterable[str],
+) -> None:
+    """Record what the backend under test claims (called by every scenario)."""
+    _observed.capabilities = capabilities
+    _observed.requires_heartbeat = requires_heartbeat
+    _observed.lease_seconds = lease_seconds
+    _observed.time_mode = time_mode
+    _observed.hooks = tuple(hooks)
+
+
+@dataclass(slots=True)
+class ConformanceReport:
+    """The results of one run.
+
+    Attributes:
+        target: What was tested (the factory spec or a description).
+        backend: The claims and hooks observed.
+        properties: One result per property, in property order.
+        pytest_exit_code: pytest's exit status (0 ok, 1 failures, 2+ errors).
+        errors: Collection or internal errors outside any test.
+    """
+
+    target: str
+    backend: BackendInfo
+    properties: list[PropertyResult]
+    pytest_exit_code: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[PropertyResult]:
+        """Properties with a failing test."""
+        return [p for p in self.properties if p.outcome == "failed"]
+
+    @property
+    def passed_all_applicable(self) -> bool:
+        """True when nothing failed, something passed and pytest itself had no errors."""
+        return (
+            not self.failed
+            and not self.errors
+            and any(p.outcome == "passed" for p in self.properties)
+            and self.pytest_exit_code in (0, 1)
+        )
+
+    def format(self) -> str:
+        """The human-readable report."""
+        info = self.backend
+        lines = [
+            f"taskrunner conformance report (suite {SUITE_VERSION})",
+            f"target   {self.target}",
+        ]
+        if info.capabilities is not None:
+            caps = info.capabilities
+            claimed = [
+                name
+                for name in (
+                    "blocking_receive",
+                    "cancel_safe_receive",
+                    "persistent",
+                    "durable_enqueue",
+                    "shared_across_instances",
+                    "admin",
+                )
+                if getattr(caps, name)
+            ]
+            unclaimed = [
+                name
+                for name in (
+                    "blocking_receive",
+                    "cancel_safe_receive",
+                    "persistent",
+                    "durable_enqueue",
+                    "shared_across_instances",
+                    "admin",
+                )
+                if not getattr(caps, name)
+            ]
+            lines += [
+                f"claims   {', '.join(claimed) or '(none)'}; ordering={caps.ordering}; "
+                f"max_batch={caps.max_batch}; "
+                f"lease_precision_seconds={caps.lease_precision_seconds:g}",
+                f"         not claimed: {', '.join(unclaimed) or '(none)'}",
+                f"queue    requires_heartbeat={info.requires_heartbeat}; "
+                f"lease {info.lease_seconds:g}s; time: {_time_text(info.time_mode)}",
+                f"hooks    {', '.join(info.hooks) or '(none)'}",
+            ]
+        else:
+            lines.append("claims   (no queue was opened)")
+        lines.append("")
+        width = max(len(p.definition.name) for p in self.properties)
+        for result in self.properties:
+            prop = result.definition
+            detail = result.reason or prop.summary
+            if prop.adapted and result.outcome != "failed":
+                detail = f"{detail} [adapted: {prop.adapted}]"
+            lines.append(f"{prop.id:<4} {result.outcome:<8} {prop.name:<{width}}  {detail}")
+            if result.outcome == "failed":
+                lines.extend(
+                    f"{'':14}x {t.name}: {t.reason}" for t in result.tests if t.outcome == "failed"
+                )
+        lines.extend(f"error    {e}" for e in self.errors)
+        counts = dict.fromkeys(("passed", "failed", "skipped", "not run"), 0)
+        for result in self.properties:
+            counts[result.outcome] += 1
+        lines += [
+            "",
+            f"{counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['skipped']} skipped (not applicable), {counts['not run']} not run",
+            "RESULT: PASS - every applicable property passed"
+            if self.passed_all_applicable
+            else "RESULT: FAIL",
+        ]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able form: target, claims and every property with its tests."""
+        caps = self.backend.capabilities
+        return {
+            "suite_version": SUITE_VERSION,
+            "target": self.target,
+            "passed": self.passed_all_applicable,
+            "capabilities": None
+            if caps is None
+            else {f: getattr(caps, f) for f in caps.__struct_fields__},
+            "requires_heartbeat": self.backend.requires_heartbeat,
+            "hooks": list(self.backend.hooks),
+            "errors": self.errors,
+            "properties": {
+                r.definition.id: {
+                    "name": r.definition.name,
+                    "outcome": r.outcome,
+                    "reason": r.reason,
+                    "tests": [
+                        {
+                            "name": t.name,
+                            "outcome": t.outcome,
+                            "reason": t.reason,
+                            "seconds": round(t.seconds, 3),
+                        }
+                        for t in r.tests
+                    ],
+                }
+                for r in self.properties
+            },
+        }
+
+    def dumps(self) -> str:
+        """`to_json` as a JSON string."""
+        return json.dumps(self.to_json(), indent=2, sort_keys=True)
+
+
+def _time_text(mode: str) -> str:
+    return {
+        "clock": "simulated (harness clock)",
+        "age": "real, leases expired by the age_lease hook",
+        "real": "real (waits out leases)",
+    }.get(mode, mode or "?")
+
+
+def _short(text: str, limit: int = 300) -> str:
+    first = " ".join(text.strip().split())
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+class ConformanceReporter:
+    """pytest plugin: maps tests to property ids, records outcomes, builds the report.
+
+    Args:
+        target: Shown on the report's first line.
+        select: Run only tests checking these property ids (None: all).
+        print_report: Print the report in pytest's terminal summary.
+    """
+
+    def __init__(
+        self, target: str = "", *, select: Sequence[str] | None = None, print_report: bool = True
+    ) -> None:
+        self.target = target
+        self.select = None if select is None else {s.strip().upper() for s in select}
+        self.print_report = print_report
+        self._ids: dict[str, tuple[str, ...]] = {}
+        self._results: dict[str, TestResult] = {}
+        self._names: dict[str, str] = {}
+        self.exit_code = 0
+        self.errors: list[str] = []
+
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """Note each test's property ids; drop tests outside the selection."""
+        kept, dropped = [], []
+        for item in items:
+            ids = tuple(getattr(getattr(item, "obj", None), "conformance_properties", ()))
+            if ids:
+                self._ids[item.nodeid] = ids
+                self._names[item.nodeid] = getattr(item, "name", item.nodeid)
+            if self.select is not None and ids and not set(ids) & self.select:
+                dropped.append(item)
+            else:
+                kept.append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Remember collection errors: they fail the run."""
+        if report.failed:
+            self.errors.append(f"collecting {report.nodeid or '.'}: {_short(report.longreprtext)}")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Record the outcome of each phase; a failing setup or teardown fails the test."""
+        if report.nodeid not in self._ids:
+            return
+        name = self._names[report.nodeid]
+        current = self._results.get(report.nodeid)
+        if report.when == "call" or report.failed or (report.skipped and current is None):
+            outcome: Outcome = "failed" if report.failed else report.outcome
+            reason = ""
+            if report.skipped:
+                reason = _skip_reason(report)
+            elif report.failed:
+                reason = _failure_reason(report)
+            if current is None or current.outcome != "failed":
+                seconds = report.duration + (current.seconds if current else 0.0)
+                self._results[report.nodeid] = TestResult(name, outcome, reason, seconds)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Keep pytest's exit status."""
+        self.exit_code = int(exitstatus)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Print the report after pytest's own summary."""
+        if self.print_report and self._ids:
+            terminalreporter.write_sep("=", "conformance report")
+            terminalreporter.write_line(self.report().format())
+
+    def report(self) -> ConformanceReport:
+        """The report for what ran so far."""
+        by_property: dict[str, PropertyResult] = {p.id: PropertyResult(p) for p in PROPERTIES}
+        for nodeid, ids in self._ids.items():
+            result = self._results.get(nodeid)
+            if result is None:
+                continue
+            for property_id in ids:
+                if property_id in by_property:
+                    by_property[property_id].tests.append(result)
+        return ConformanceReport(
+            target=self.target,
+            backend=_observed,
+            properties=list(by_property.values()),
+            pytest_exit_code=self.exit_code,
+            errors=list(self.errors),
+        )
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return _short(str(longrepr[2]).removeprefix("Skipped: "))
+    return _short(str(longrepr))
+
+
+def _failure_reason(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", None)
+    return _short(
+        message
+        if message
+        else report.longreprtext.splitlines()[-1:][0]
+        if report.longreprtext
+        else "failed"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Install a reporter when loaded with ``-p taskrunner_conformance.report``."""
+    if not config.pluginmanager.has_plugin("taskrunner-conformance-reporter"):
+        config.pluginmanager.register(
+            ConformanceReporter("pytest run"), "taskrunner-conformance-reporter"
+        )
