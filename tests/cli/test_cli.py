@@ -1,0 +1,282 @@
+"""The command line in-process, on the memory backend."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from taskrunner import App, WorkerInfo, open_queue
+from taskrunner.cli import load_app
+from taskrunner.errors import ConfigurationError
+from taskrunner_backends.memory import InMemoryQueue
+from tests.cli.apps import QUEUE
+from tests.cli.conftest import Cli
+
+APP = "tests.cli.apps:app"
+
+
+def test_help_lists_the_commands_and_exit_codes(run: Cli) -> None:
+    result = run("--help")
+
+    assert result.code == 0
+    for command in ("worker", "enqueue", "inspect", "dead-letters", "demo", "config"):
+        assert command in result.out
+    assert "Exit codes: 0 success, 1 backend failure" in result.out
+
+
+def test_enqueue_then_burst_worker_then_inspect_shows_an_empty_queue(
+    run: Cli, memory_url: str, tmp_path: Path
+) -> None:
+    payloads = tmp_path / "greetings.jsonl"
+    payloads.write_text('{"name": "ada"}\n\n{"name": "grace"}\n{"name": "edsger"}\n')
+
+    enqueued = run(
+        "enqueue", "cli.greet", "--app", APP, "--file", str(payloads), "--url", memory_url
+    )
+    before = run("inspect", "--app", APP, "--url", memory_url, "--json")
+    worker = run("worker", APP, "--url", memory_url, "--burst", "--num-workers", "2")
+    after = run("inspect", "--app", APP, "--url", memory_url, "--json")
+
+    assert enqueued.code == 0
+    assert len(enqueued.out.split()) == 3
+    assert before.json()["queues"][0]["ready"] == 3
+    assert worker.code == 0
+    assert "worker started: queue 'cli-tests', 1 fetcher(s), 2 worker(s)" in worker.err
+    assert "memory:// lives in this process" in worker.err
+    report = after.json()["queues"][0]
+    assert (report["queue"], report["ready"], report["in_flight"], report["dead"]) == (
+        QUEUE,
+        0,
+        0,
+        0,
+    )
+
+
+def test_enqueue_reads_payloads_from_stdin_and_prints_json(
+    run: Cli, memory_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"name": "a"}\n{"name": "b"}\n'))
+
+    result = run(
+        "enqueue", "cli.greet", "--app", APP, "--file", "-", "--url", memory_url, "--output", "json"
+    )
+
+    assert result.code == 0
+    document = result.json()
+    assert (document["queue"], document["task"]) == (QUEUE, "cli.greet")
+    assert len(document["message_ids"]) == 2
+
+
+def test_enqueue_a_task_without_payload(run: Cli, memory_url: str) -> None:
+    result = run("enqueue", "cli.noop", "--app", APP, "--url", memory_url)
+
+    assert result.code == 0
+    assert len(result.out.split()) == 1
+
+
+def test_enqueue_without_app_sends_unchecked_and_the_worker_dead_letters_a_wrong_name(
+    run: Cli, memory_url: str
+) -> None:
+    enqueued = run(
+        "enqueue", "cli.gret", "--queue", QUEUE, "--json", '{"name": 1}', "--url", memory_url
+    )
+    worker = run("worker", APP, "--url", memory_url, "--burst")
+    listed = run("dead-letters", "list", "--app", APP, "--url", memory_url, "--json")
+
+    assert enqueued.code == 0
+    assert "no --app: payloads for 'cli.gret' are not validated" in enqueued.err
+    assert worker.code == 0
+    [letter] = listed.json()["dead_letters"]
+    assert "unknown task 'cli.gret'" in letter["reason"]
+    assert letter["envelope"]["payload"] == {"name": 1}
+
+
+def test_dead_letters_list_show_retry_and_purge_on_memory(run: Cli, memory_url: str) -> None:
+    common = ("--app", APP, "--url", memory_url)
+    for name in ("ada", "grace", "edsger"):
+        run("enqueue", "cli.fail", "--json", f'{{"name": "{name}"}}', *common)
+    assert run("worker", APP, "--url", memory_url, "--burst").code == 0
+
+    listed = run("dead-letters", "list", *common)
+    ids = [
+        letter["id"]
+        for letter in run("dead-letters", "list", *common, "--json").json()["dead_letters"]
+    ]
+    shown = run("dead-letters", "show", ids[0], *common)
+    retried = run("dead-letters", "retry", ids[0], *common)
+    unconfirmed = run("dead-letters", "purge", "--all", *common)
+    purged = run("dead-letters", "purge", "--all", "--yes", *common)
+    report = run("inspect", *common, "--json").json()["queues"][0]
+
+    assert listed.code == 0
+    assert "cli.fail" in listed.out
+    assert "attempt 1 of 1 failed: RuntimeError: cannot greet ada" in listed.out
+    assert len(ids) == 3
+    assert shown.code == 0
+    assert "reason       attempt 1 of 1 failed: RuntimeError: cannot greet ada" in shown.out
+    assert 'payload:\n{\n  "name": "ada"\n}' in shown.out
+    assert retried.code == 0
+    assert "retried 1 dead letter(s) onto queue 'cli-tests'" in retried.out
+    assert unconfirmed.code == 2
+    assert "pass --yes to confirm" in unconfirmed.err
+    assert purged.code == 0
+    assert "purged 2 dead letter(s)" in purged.out
+    assert (report["ready"], report["dead"]) == (1, 0)
+
+
+def test_dead_letters_show_and_retry_of_an_unknown_id_exit_1(run: Cli, memory_url: str) -> None:
+    common = ("--app", APP, "--url", memory_url)
+
+    shown = run("dead-letters", "show", "dead-404", *common)
+    retried = run("dead-letters", "retry", "dead-404", *common)
+    purged = run("dead-letters", "purge", "dead-404", "--yes", *common)
+
+    assert shown.code == retried.code == purged.code == 1
+    assert "no dead letter 'dead-404' on queue 'cli-tests'" in shown.err
+    assert "1 of 1 id(s) were not dead letters" in retried.err
+    assert "1 of 1 id(s) were not dead letters" in purged.err
+
+
+def test_dead_letters_show_prints_the_raw_bytes_of_a_body_that_is_no_envelope(
+    run: Cli, memory_url: str
+) -> None:
+    async def bury() -> str:
+        async with open_queue(memory_url, QUEUE) as queue:
+            await queue.add([b"\xffnot json"])
+            [delivery] = await queue.receive("c", max_messages=1, wait_seconds=0)
+            await queue.dead_letter([delivery], reason="malformed")
+            return cast(InMemoryQueue, queue).dead_letters()[0].message_id
+
+    dead_id = asyncio.run(bury())
+    result = run("dead-letters", "show", dead_id, "--app", APP, "--url", memory_url)
+    as_json = run("dead-letters", "show", dead_id, "--app", APP, "--url", memory_url, "--json")
+
+    assert result.code == 0
+    assert "body (not a taskrunner message):\nb'\\xffnot json'" in result.out
+    assert as_json.json()["envelope"] is None
+    assert as_json.json()["body_base64"] == "/25vdCBqc29u"
+
+
+def test_inspect_predicts_the_wait_from_the_worker_registry(run: Cli, memory_url: str) -> None:
+    async def arrange() -> None:
+        async with open_queue(memory_url, "busy") as queue:
+            await queue.add([b"x"] * 40)
+            registry = cast(InMemoryQueue, queue)
+            for instance, workers, seconds in (("a", 10, 0.5), ("b", 30, 1.5)):
+                info = WorkerInfo(
+                    instance=instance,
+                    workers=workers,
+                    busy=workers,
+                    average_seconds=seconds,
+                    seen_at=0.0,
+                )
+                await registry.publish_worker(info, ttl_seconds=600)
+
+    asyncio.run(arrange())
+    result = run("inspect", "--queue", "busy", "--url", memory_url, "--json")
+    table = run("inspect", "--queue", "busy", "--queue", "other", "--url", memory_url)
+
+    report = result.json()["queues"][0]
+    # Weighted average 1.25 s x 40 ready / 40 workers.
+    assert report["predicted_wait_seconds"] == pytest.approx(1.25)
+    assert report["workers"] == {
+        "processes": 2,
+        "workers": 40,
+        "busy": 40,
+        "average_seconds": 1.25,
+    }
+    assert "predicted wait  1.2s" in table.out
+    assert "workers         40 in 2 process(es), 40 busy, average task 1.2s" in table.out
+    assert "queue 'other' on memory://" in table.out
+
+
+def test_config_shows_each_value_and_its_source(
+    run: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.taskrunner]\nnum_workers = 7\n")
+    monkeypatch.setenv("TASKRUNNER_URL", "redis://:secret@127.0.0.1:6379/0")
+
+    result = run("config", "--batch-size", "3")
+    as_json = run("config", "--json").json()
+
+    assert result.code == 0
+    assert f"config file: {tmp_path / 'pyproject.toml'}" in result.out
+    lines = {line.split()[0]: line for line in result.out.splitlines()[2:]}
+    assert lines["num_workers"].split()[1:] == [
+        "7",
+        str(tmp_path / "pyproject.toml"),
+        "[tool.taskrunner]",
+    ]
+    assert lines["batch_size"].split()[1:] == ["3", "option", "--batch-size"]
+    assert "redis://:***@127.0.0.1:6379/0  environment variable TASKRUNNER_URL" in lines["url"]
+    assert "secret" not in result.out
+    assert as_json["settings"]["num_workers"] == {
+        "value": "7",
+        "source": f"{tmp_path / 'pyproject.toml'} [tool.taskrunner]",
+    }
+
+
+def test_worker_reads_app_and_url_from_the_environment(
+    run: Cli, memory_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASKRUNNER_APP", APP)
+    monkeypatch.setenv("TASKRUNNER_URL", memory_url)
+    run("enqueue", "cli.noop")
+
+    result = run("worker", "--burst", "--log-format", "json")
+
+    assert result.code == 0
+    assert '"message":"worker started: queue' in result.err
+    assert run("inspect", "--json").json()["queues"][0]["ready"] == 0
+
+
+def test_worker_serves_metrics_when_metrics_port_is_set(run: Cli, memory_url: str) -> None:
+    pytest.importorskip("prometheus_client")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    result = run("worker", APP, "--url", memory_url, "--burst", "--metrics-port", str(port))
+
+    assert result.code == 0
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in result.err
+
+
+def test_demo_processes_every_task_and_prints_a_summary(run: Cli, memory_url: str) -> None:
+    result = run("demo", "--url", memory_url, "--tasks", "200", "--workers", "16")
+
+    assert result.code == 0
+    assert "dispatched 200 tasks to 'demo-" in result.out
+    summary = result.out[result.out.index("summary") :]
+    assert "processed      200" in summary
+    # 1 email in 100 always fails (3 attempts); 1 in 10 fails once.
+    assert "dead-lettered  1" in summary
+    assert "retried        12" in summary
+    assert "throughput" in summary
+
+
+def test_load_app_accepts_a_factory() -> None:
+    app = load_app("tests.cli.apps:make_app")
+
+    assert isinstance(app, App)
+    assert app.queue == "factory-queue"
+
+
+def test_load_app_lets_an_import_error_inside_the_module_propagate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_app_module.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
+        load_app("broken_app_module:app")
+
+
+def test_load_app_names_the_apps_of_a_module_when_the_attribute_is_missing() -> None:
+    with pytest.raises(ConfigurationError, match="has no attribute 'ap'; App objects in it: app"):
+        load_app("tests.cli.apps:ap")

@@ -1,0 +1,135 @@
+"""The command line against Redis: dead-letter round trip, worker, inspect, demo."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis
+
+from taskrunner import open_queue
+from taskrunner.codec import decode_envelope
+from tests.cli.apps import QUEUE
+from tests.cli.conftest import Cli
+
+pytestmark = pytest.mark.redis
+
+APP = "tests.cli.apps:app"
+
+# See QUIET_MONITOR in test_worker_process.py: keep the monitor idle at shutdown.
+BURST = ("--burst", "--monitor-interval-seconds", "600")
+
+
+def queue_stats(url: str, name: str = QUEUE) -> Any:
+    async def read() -> Any:
+        async with open_queue(url, name) as queue:
+            return await queue.stats()
+
+    return asyncio.run(read())
+
+
+def ready_bodies(url: str) -> list[bytes]:
+    """Bodies of the ready messages, by leasing them and giving them straight back."""
+
+    async def read() -> list[bytes]:
+        async with open_queue(url, QUEUE) as queue:
+            deliveries = await queue.receive("peek", max_messages=100, wait_seconds=0)
+            await queue.release(deliveries)
+            return [d.body for d in deliveries]
+
+    return asyncio.run(read())
+
+
+def test_dead_letter_retry_round_trip_neither_loses_nor_duplicates(
+    run: Cli, redis_ns_url: str
+) -> None:
+    common = ("--app", APP, "--url", redis_ns_url)
+    for name in ("ada", "grace"):
+        assert run("enqueue", "cli.fail", "--json", f'{{"name": "{name}"}}', *common).code == 0
+    assert run("worker", APP, "--url", redis_ns_url, *BURST).code == 0
+    letters = run("dead-letters", "list", *common, "--json").json()["dead_letters"]
+    first = letters[0]
+
+    retried = run("dead-letters", "retry", first["id"], *common, "--json")
+
+    assert retried.code == 0
+    assert retried.json()["retried"] == 1
+    stats = queue_stats(redis_ns_url)
+    assert (stats.ready, stats.in_flight, stats.dead) == (1, 0, 1)
+    [body] = ready_bodies(redis_ns_url)
+    assert decode_envelope(body).id == first["envelope"]["id"]
+    remaining = run("dead-letters", "list", *common, "--json").json()["dead_letters"]
+    assert [d["id"] for d in remaining] == [letters[1]["id"]]
+    # Retrying the same id again moves nothing: it is no longer a dead letter.
+    again = run("dead-letters", "retry", first["id"], *common)
+    assert again.code == 1
+    assert queue_stats(redis_ns_url).ready == 1
+
+    everything = run("dead-letters", "retry", "--all", *common)
+
+    assert everything.code == 0
+    assert "retried 1 dead letter(s)" in everything.out
+    stats = queue_stats(redis_ns_url)
+    assert (stats.ready, stats.dead) == (2, 0)
+    ids = sorted(decode_envelope(b).id for b in ready_bodies(redis_ns_url))
+    assert ids == sorted(letter["envelope"]["id"] for letter in letters)
+
+    # The retried messages run again (and fail again: the task always fails).
+    assert run("worker", APP, "--url", redis_ns_url, *BURST).code == 0
+    stats = queue_stats(redis_ns_url)
+    assert (stats.ready, stats.in_flight, stats.dead) == (0, 0, 2)
+
+
+def test_dead_letters_show_and_purge_on_redis(run: Cli, redis_ns_url: str) -> None:
+    common = ("--app", APP, "--url", redis_ns_url)
+    run("enqueue", "cli.fail", "--json", '{"name": "ada"}', *common)
+    run("worker", APP, "--url", redis_ns_url, *BURST)
+    [letter] = run("dead-letters", "list", *common, "--json").json()["dead_letters"]
+
+    shown = run("dead-letters", "show", letter["id"], *common)
+    purged = run("dead-letters", "purge", letter["id"], "--yes", *common)
+
+    assert shown.code == 0
+    assert "task         cli.fail" in shown.out
+    assert "deliveries   1" in shown.out
+    assert purged.code == 0
+    assert queue_stats(redis_ns_url).dead == 0
+
+
+def test_inspect_lists_consumers_with_pending_counts_and_idle_times(
+    run: Cli, redis_ns_url: str
+) -> None:
+    async def lease_one() -> None:
+        async with open_queue(redis_ns_url, QUEUE) as queue:
+            await queue.add([b"x", b"y"])
+            await queue.receive("holder", max_messages=1, wait_seconds=0)
+
+    asyncio.run(lease_one())
+
+    result = run("inspect", "--app", APP, "--url", redis_ns_url, "--json")
+    table = run("inspect", "--app", APP, "--url", redis_ns_url)
+
+    [report] = result.json()["queues"]
+    assert (report["ready"], report["in_flight"], report["dead"]) == (1, 1, 0)
+    [consumer] = report["consumers"]
+    assert (consumer["name"], consumer["pending"]) == ("holder", 1)
+    assert consumer["idle_seconds"] >= 0
+    assert report["oldest_in_flight_age_seconds"] is not None
+    assert "  in flight       1  (longest idle " in table.out
+    assert "    holder  1        " in table.out
+
+
+def test_demo_on_redis_leaves_no_message_behind(
+    run: Cli, redis_ns_url: str, redis_url: str, redis_namespace: str
+) -> None:
+    result = run("demo", "--url", redis_ns_url, "--tasks", "300", "--workers", "32")
+
+    assert result.code == 0, result.err
+    assert "processed      300" in result.out
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=f"{redis_namespace}:*"))
+        assert all(client.type(k) == b"stream" and client.xlen(k) == 0 for k in keys), keys
+    finally:
+        client.close()
