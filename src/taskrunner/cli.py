@@ -208,7 +208,8 @@ def _is_factory(obj: Any) -> bool:
 # -- the parser --------------------------------------------------------------------------
 
 
-def _common_options(*, json_flag: bool = True) -> _Parser:
+def _common_options(*, output: bool = True, json_flag: bool = True) -> _Parser:
+    """Options of every command; `output` adds ``--output`` (and `json_flag` ``--json``)."""
     common = _Parser(add_help=False)
     common.add_argument(
         "--config",
@@ -219,15 +220,18 @@ def _common_options(*, json_flag: bool = True) -> _Parser:
     _setting_option(common, "url", metavar="URL")
     _setting_option(common, "log_level", metavar="LEVEL")
     _setting_option(common, "log_format", metavar="FORMAT")
-    output = common.add_mutually_exclusive_group()
-    output.add_argument(
+    if not output:
+        common.set_defaults(output="text")
+        return common
+    formats = common.add_mutually_exclusive_group()
+    formats.add_argument(
         "--output",
         choices=["text", "json"],
         default="text",
         help="output format (default: %(default)s)",
     )
     if json_flag:
-        output.add_argument(
+        formats.add_argument(
             "--json",
             dest="output",
             action="store_const",
@@ -268,6 +272,7 @@ def _runner_options(parser: argparse.ArgumentParser) -> None:
         if key.group == "tuning":
             _setting_option(tuning, key.name)
     _setting_option(parser, "metrics_port", metavar="PORT")
+    _setting_option(parser, "metrics_addr", metavar="ADDRESS")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -282,7 +287,7 @@ def _parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser(
         "worker",
-        parents=[common],
+        parents=[_common_options(output=False)],
         help="run a worker process until SIGTERM/SIGINT (or, with --burst, until empty)",
         description="Run the tasks of an App. SIGTERM or SIGINT stops fetching and lets "
         "running tasks finish (up to --drain-timeout-seconds); a second signal cancels "
@@ -357,7 +362,7 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        parents=[_common_options(json_flag=False)],
+        parents=[_common_options(output=False)],
         help="dispatch and process a few thousand tasks, with live progress",
         description="A producer and a burst worker on the configured backend (default "
         "memory://, nothing to install). On a shared backend the demo uses a queue of "

@@ -135,6 +135,14 @@ def test_settings_describe_lists_every_key_and_masks_the_url_password(tmp_path: 
     assert rows["heartbeat_interval_seconds"] == ("15", "default")
 
 
+def test_configuration_docs_describe_every_setting() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+
+    missing = [key.name for key in KEYS if f"| `{key.name}` |" not in docs]
+
+    assert missing == []
+
+
 def test_flag_and_variable_names_derive_from_the_key() -> None:
     assert flag_name("num_workers") == "--num-workers"
     assert env_name("num_workers") == "TASKRUNNER_NUM_WORKERS"
