@@ -8,6 +8,11 @@ reply (bytes, every field), per-call read timeouts longer than a ``BLOCK``, and 
 hidden retries of non-idempotent commands. So it borrows a connection from the
 client's pool, sends the command and reads the raw reply itself.
 
+redis-py writes through ``asyncio.wait_for`` when a socket timeout is set (its default
+since 8.0), and on Python 3.11 ``wait_for`` swallows a cancellation that arrives just
+as the write completes; `RawClient.pipeline` delivers such a cancellation, so a cancelled loop of
+the runner really stops.
+
 A connection whose reply was not read completely (error, timeout or cancellation)
 is disconnected before it goes back to the pool, so a late reply can never be read
 as the answer to another command.
@@ -72,12 +77,17 @@ class RawClient:
         instances in the list; connection problems raise.
         """
         with translate_errors(action):
+            task = asyncio.current_task()
+            before = 0 if task is None else task.cancelling()
             connection = await self._acquire()
             clean = False
             try:
+                # Connecting (the handshake) and sending go through wait_for; see above.
+                _deliver_swallowed_cancel(task, before)
                 await connection.send_packed_command(
                     connection.pack_commands([tuple(c) for c in commands])
                 )
+                _deliver_swallowed_cancel(task, before)
                 replies: list[Any] = []
                 for _ in commands:
                     try:
@@ -117,3 +127,10 @@ class RawClient:
             with translate_errors(action):
                 raise reply
         return reply
+
+
+def _deliver_swallowed_cancel(task: asyncio.Task[Any] | None, before: int) -> None:
+    if task is not None and task.cancelling() > before:
+        # Python 3.11's wait_for returned a result instead of raising the cancellation
+        # requested meanwhile (gh-86296); raise it as the await would have.
+        raise asyncio.CancelledError
