@@ -7,6 +7,7 @@ keeps them in one slot and every Lua script may touch all of them::
     {namespace}:{{{queue}}}:dead      dead letters (a stream, oldest first)
     {namespace}:{{{queue}}}:delayed   released messages not yet due (zset: due ms -> parked id)
     {namespace}:{{{queue}}}:parked    the bodies of those messages (a stream)
+    {namespace}:{{{queue}}}:workers   live worker processes (hash: instance -> entry)
 
 The consumer group on the stream is always `GROUP`. Everything a namespace owns
 matches `QueueKeys.namespace_pattern`, which is how tests clean up after themselves.
@@ -84,11 +85,20 @@ class QueueKeys:
         return f"{self._prefix}:parked"
 
     @property
+    def workers(self) -> str:
+        """The hash of worker-registry entries (instance -> expiry and `WorkerInfo` JSON)."""
+        return f"{self._prefix}:workers"
+
+    @property
     def group(self) -> str:
         """The consumer group name."""
         return GROUP
 
     @property
     def all(self) -> tuple[str, str, str, str]:
-        """Every key, in the order the Lua scripts expect them in KEYS."""
+        """The message keys, in the order the Lua scripts expect them in KEYS.
+
+        The worker registry (`workers`) is not among them: purging a queue leaves
+        the registry alone.
+        """
         return (self.stream, self.dead, self.delayed, self.parked)

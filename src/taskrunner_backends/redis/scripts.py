@@ -31,7 +31,8 @@ def _load(name: str) -> Script:
 
 #: Every script by name: fenced (heartbeat/ack/release/dead-letter), receive (promote
 #: due delayed messages, then read new ones), reclaim (XAUTOCLAIM with the cursor),
-#: stats, the admin operations, consumer GC, and the test hook age_lease.
+#: stats, the admin operations, consumer GC, the worker registry, and the test hook
+#: age_lease.
 SCRIPTS: dict[str, Script] = {
     name: _load(name)
     for name in (
@@ -43,6 +44,7 @@ SCRIPTS: dict[str, Script] = {
         "purge_dead",
         "purge",
         "remove_idle_consumers",
+        "workers",
         "age_lease",
     )
 }
