@@ -52,6 +52,7 @@ from typing import Any, NoReturn, TextIO, cast
 
 import msgspec
 
+from taskrunner import __version__
 from taskrunner.app import App
 from taskrunner.backends import connect, open_queue
 from taskrunner.codec import decode_envelope
@@ -282,6 +283,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 success, 1 backend failure or id not found, "
         "2 usage or configuration error, 130 interrupted.",
     )
+    parser.add_argument("--version", action="version", version=f"taskrunner {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _common_options()
 
@@ -459,18 +461,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if command == "config":
         return _show_config(settings, out)
     if command == "worker":
-        return _run_async(_worker(args, settings))
+        return asyncio.run(_worker(args, settings))
     if command == "demo":
-        return _run_async(_demo(args, settings))
+        return asyncio.run(_demo(args, settings))
     if command == "enqueue":
         return asyncio.run(_enqueue(args, settings, out))
     if command == "inspect":
         return asyncio.run(_inspect(args, settings, out))
     return asyncio.run(_dead_letters(args, settings, out))
-
-
-def _run_async(coroutine: Any) -> int:
-    return cast(int, asyncio.run(coroutine))
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -552,7 +550,8 @@ async def _worker(args: argparse.Namespace, settings: Settings) -> int:
             await process.serve(app, settings, burst=args.burst)
         except asyncio.CancelledError:
             if process.signals:
-                return EXIT_OK  # stopped before the runner existed: nothing was leased
+                # A signal before the runner existed, or the forced stop after a second.
+                return EXIT_OK
             raise
     return EXIT_OK
 

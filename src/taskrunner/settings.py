@@ -246,9 +246,14 @@ def load_settings(
     """
     env = os.environ if environ is None else environ
     layers: list[_Layer] = []
+    read: Path | None = None
     path = _config_path(config_file, env, Path(cwd) if cwd is not None else Path.cwd())
     if path is not None:
-        layers.append(_file_layer(*path))
+        layer = _file_layer(*path)
+        layers.append(layer)
+        # A pyproject.toml without [tool.taskrunner] was looked at, not read.
+        if path[2] or layer.values:
+            read = path[0]
     layers.append(_env_layer(env))
     if overrides:
         labels = override_labels or {}
@@ -264,7 +269,7 @@ def load_settings(
     for layer in layers:
         merged.values.update(layer.values)
         merged.sources.update(layer.sources)
-    return _build(merged, None if path is None else path[0])
+    return _build(merged, read)
 
 
 def _config_path(

@@ -53,6 +53,7 @@ def test_settings_ignore_a_pyproject_without_a_taskrunner_table(tmp_path: Path) 
     settings = load(tmp_path)
 
     assert settings.runner.num_workers == 10
+    assert settings.config_file is None
 
 
 @pytest.mark.parametrize(
