@@ -32,9 +32,40 @@ import redis.exceptions as rx
 from .errors import translate_errors
 from .scripts import Script
 
-__all__ = ["Arg", "RawClient"]
+__all__ = ["Arg", "RawClient", "pack_commands"]
 
 Arg = str | bytes | int | float
+
+
+def _encode(arg: Arg) -> bytes:
+    if isinstance(arg, bytes):
+        return arg
+    if isinstance(arg, str):
+        return arg.encode()
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return b"%d" % arg
+    if isinstance(arg, float):
+        return repr(arg).encode()
+    raise TypeError(f"invalid command argument of type {type(arg).__name__}")
+
+
+def pack_commands(commands: Sequence[Sequence[Arg]]) -> bytes:
+    """The RESP encoding of `commands`, ready to write in one go.
+
+    redis-py's packer costs a few microseconds per argument; a fenced batch of 500
+    deliveries has 3000 arguments, which made packing the largest client-side cost
+    of an ack. This builds the same bytes with one join.
+    """
+    parts: list[bytes] = []
+    append = parts.append
+    for command in commands:
+        append(b"*%d\r\n" % len(command))
+        for arg in command:
+            data = _encode(arg)
+            append(b"$%d\r\n" % len(data))
+            append(data)
+            append(b"\r\n")
+    return b"".join(parts)
 
 
 class RawClient:
@@ -84,9 +115,7 @@ class RawClient:
             try:
                 # Connecting (the handshake) and sending go through wait_for; see above.
                 _deliver_swallowed_cancel(task, before)
-                await connection.send_packed_command(
-                    connection.pack_commands([tuple(c) for c in commands])
-                )
+                await connection.send_packed_command(pack_commands(commands))
                 _deliver_swallowed_cancel(task, before)
                 replies: list[Any] = []
                 for _ in commands:

@@ -258,8 +258,15 @@ def _text(value: bytes) -> str:
     return value.decode("utf-8", "backslashreplace")
 
 
+def _evidence(pairs: list[tuple[bytes, bytes]]) -> bytes:
+    return msgspec.json.encode({"fields": [[_text(n), _text(v)] for n, v in pairs]})
+
+
 def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
     """Read one stream entry's fields; anything that is not our message is `_Malformed`."""
+    if type(fields) is list and len(fields) == 2 and fields[0] == b"b" and type(fields[1]) is bytes:
+        # Fast path: what `add` writes, the case for every message not yet released.
+        return _Message(entry_id=entry_id, body=fields[1], message_id=entry_id, base_count=0)
     if fields is None or fields is False:
         return _Malformed(entry_id, _GONE_REASON, b"")
     if (
@@ -269,12 +276,11 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
     ):
         return _Malformed(entry_id, "malformed stream entry: unreadable field list", b"")
     pairs = list(zip(fields[0::2], fields[1::2], strict=True))
-    evidence = msgspec.json.encode({"fields": [[_text(n), _text(v)] for n, v in pairs]})
     seen: dict[bytes, bytes] = {}
     for name, value in pairs:
         if name in seen and name in (b"b", b"i", b"n"):
             return _Malformed(
-                entry_id, f"malformed message: field {_text(name)!r} repeated", evidence
+                entry_id, f"malformed message: field {_text(name)!r} repeated", _evidence(pairs)
             )
         seen[name] = value
     if b"b" not in seen:
@@ -282,19 +288,21 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
         return _Malformed(
             entry_id,
             f"not a taskrunner message: no body field 'b' (fields: {names})",
-            evidence,
+            _evidence(pairs),
         )
     message_id = entry_id
     if b"i" in seen:
         if not _STREAM_ID.fullmatch(seen[b"i"]):
-            return _Malformed(entry_id, "malformed message: field 'i' is not a stream id", evidence)
+            return _Malformed(
+                entry_id, "malformed message: field 'i' is not a stream id", _evidence(pairs)
+            )
         message_id = seen[b"i"].decode("ascii")
     base = 0
     if b"n" in seen:
         raw_base = seen[b"n"]
         if not raw_base.isdigit() or len(raw_base) > 18:
             return _Malformed(
-                entry_id, "malformed message: field 'n' is not a delivery count", evidence
+                entry_id, "malformed message: field 'n' is not a delivery count", _evidence(pairs)
             )
         base = int(raw_base)
     return _Message(entry_id=entry_id, body=seen[b"b"], message_id=message_id, base_count=base)
