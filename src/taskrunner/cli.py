@@ -590,9 +590,10 @@ class _WorkerProcess:
         self.runner.stop()
 
     def _force(self) -> None:
-        # The runner should be gone by now; if a loop inside it missed its cancellation
-        # (Python 3.11's asyncio.wait_for can swallow one), cancelling the command's
-        # task cancels every loop of the runner's TaskGroup once more.
+        # The runner should be gone by now. If a loop inside it missed its cancellation
+        # (Python 3.11's asyncio.wait_for can swallow one in client libraries),
+        # cancelling the command's task cancels every loop of its TaskGroup once more:
+        # the promise "a second signal stops fast" must not depend on every library.
         if self._task is not None and not self._task.done():
             _log.warning(
                 "the worker did not stop within %gs of the second signal; cancelling it",

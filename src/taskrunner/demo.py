@@ -128,9 +128,6 @@ async def run_demo(
         retry_max_seconds=retry_base_seconds * 4,
         lease_seconds=30,
         reclaim_interval_seconds=0.5,
-        # The demo reads no backlog or registry figures; observing once at start keeps
-        # its shutdown clear of in-flight monitor calls.
-        monitor_interval_seconds=3600,
     )
     async with open_queue(url, app.queue) as queue:
         try:

@@ -16,9 +16,7 @@ from tests.cli.conftest import Cli
 pytestmark = pytest.mark.redis
 
 APP = "tests.cli.apps:app"
-
-# See QUIET_MONITOR in test_worker_process.py: keep the monitor idle at shutdown.
-BURST = ("--burst", "--monitor-interval-seconds", "600")
+BURST = ("--burst",)
 
 
 def queue_stats(url: str, name: str = QUEUE) -> Any:

@@ -22,13 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # Upper bound for anything we wait for; generous for a loaded CI machine.
 DEADLINE_SECONDS = 30.0
 
-# The runner's monitor observes once at start, then not again during the test: on
-# Python 3.11 a cancellation that lands while a redis-py call completes can be
-# swallowed (asyncio.wait_for), and a monitor loop that misses its cancellation keeps
-# the runner's TaskGroup from finishing. That is the runner's problem to fix, not what
-# these tests are about.
-QUIET_MONITOR = ("--monitor-interval-seconds", "600")
-
 
 class Process:
     """``python -m taskrunner ARGV`` from the checkout; stderr collected by a thread."""
@@ -151,9 +144,7 @@ def test_worker_finishes_and_acks_the_running_task_on_sigterm_and_exits_0(
     redis_ns_url: str, tmp_path: Path, start: Callable[..., Process]
 ) -> None:
     dispatch_slow(redis_ns_url, tmp_path, seconds=1.5)
-    worker = start(
-        "worker", "tests.cli.apps:app", "--url", redis_ns_url, "--workers", "2", *QUIET_MONITOR
-    )
+    worker = start("worker", "tests.cli.apps:app", "--url", redis_ns_url, "--workers", "2")
     worker.wait_until((tmp_path / "started").exists, "the task started")
 
     worker.signal(signal.SIGTERM)
@@ -178,7 +169,6 @@ def test_a_second_sigterm_cancels_the_running_task_and_releases_its_message(
         redis_ns_url,
         "--drain-timeout-seconds",
         "120",
-        *QUIET_MONITOR,
     )
     worker.wait_until((tmp_path / "started").exists, "the task started")
 
@@ -196,7 +186,7 @@ def test_a_second_sigterm_cancels_the_running_task_and_releases_its_message(
 def test_sigint_stops_an_idle_worker_with_exit_0(
     redis_ns_url: str, start: Callable[..., Process]
 ) -> None:
-    worker = start("worker", "tests.cli.apps:app", "--url", redis_ns_url, *QUIET_MONITOR)
+    worker = start("worker", "tests.cli.apps:app", "--url", redis_ns_url)
     worker.wait_until(lambda: "worker started" in worker.err, "the worker started")
 
     worker.signal(signal.SIGINT)
