@@ -503,6 +503,8 @@ class _Output:
 def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
+    if 0 < value < 0.1:
+        return f"{value * 1000:.1f}ms"
     if value < 60:
         return f"{value:.1f}s"
     if value < 3600:
