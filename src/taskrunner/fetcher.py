@@ -90,6 +90,11 @@ class Fetcher:
             reserved = await self._pool.reserve(self.batch_size)
             if not reserved:
                 return
+            if reserved < self.batch_size:
+                # `reserve` hands over the first worker that frees up; the tasks that
+                # finished in the same loop turn (a batch whose acks came back
+                # together) are free by now too, so ask for them in the same receive.
+                reserved += self._pool.try_reserve(self.batch_size - reserved)
             try:
                 self.receiving = True
                 deliveries = await self._queue.receive(

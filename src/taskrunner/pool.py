@@ -86,6 +86,19 @@ class WorkerPool:
                 self.unreserve(future.result())
             raise
 
+    def try_reserve(self, up_to: int) -> int:
+        """Reserve up to `up_to` free workers without waiting.
+
+        Returns:
+            The number reserved: 0 when none is free, the pool is closed, or others
+            are already waiting (they are served first).
+        """
+        if self._closed or self._waiters or up_to < 1:
+            return 0
+        count = min(self.free(), up_to)
+        self._reserved += count
+        return count
+
     def unreserve(self, count: int) -> None:
         """Give back `count` reservations that will not be used."""
         if count:
