@@ -65,11 +65,12 @@ RAW_BATCH = 100
 POLL_SECONDS = 0.002
 WORKER_TIMEOUT_SECONDS = 600.0
 
-# The e2e worker's settings: batches as large as the raw loop's COUNT, enough workers
-# that a fetcher always has a whole batch of free capacity.
+# The e2e worker's settings: like the raw loop, one reader asking for 100 at a time;
+# twice that many workers, so a whole batch of free capacity is there when the
+# previous batch's acks return.
 WORKER_CONFIG: dict[str, Any] = {
-    "num_fetchers": 2,
-    "num_workers": 400,
+    "num_fetchers": 1,
+    "num_workers": 200,
     "batch_size": 100,
     "lease_seconds": 60.0,
     "block_seconds": 1.0,

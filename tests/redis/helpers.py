@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
 from taskrunner.queue import Delivery
 from taskrunner_backends.redis import RedisStreamsQueue
+from taskrunner_backends.redis.client import Arg, RawClient
 
 T = TypeVar("T")
 
@@ -58,3 +60,24 @@ async def pending_of(queue: RedisStreamsQueue, entry_id: str) -> tuple[str, int]
     if not reply:
         return None
     return reply[0][1].decode(), int(reply[0][3])
+
+
+class CountingRawClient(RawClient):
+    """A `RawClient` that counts round trips (one per pipeline write) by action."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        super().__init__(client)
+        self.round_trips: Counter[str] = Counter()
+
+    async def pipeline(
+        self, action: str, commands: Sequence[Sequence[Arg]], *, read_timeout: float | None = None
+    ) -> list[Any]:
+        self.round_trips[action] += 1
+        return await super().pipeline(action, commands, read_timeout=read_timeout)
+
+
+def count_round_trips(queue: RedisStreamsQueue) -> Counter[str]:
+    """Count `queue`'s round trips to the server from now on, by action (a live Counter)."""
+    counting = CountingRawClient(queue._client)
+    queue._raw = counting
+    return counting.round_trips
