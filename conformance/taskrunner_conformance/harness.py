@@ -98,11 +98,12 @@ class AgesLeases(Protocol):
     """Hook: expire one lease without waiting (for example XCLAIM with ``IDLE`` on Redis)."""
 
     async def age_lease(self, queue: Queue, delivery: Delivery, seconds: float) -> None:
-        """Add `seconds` to the idle time of the message `delivery` holds.
+        """Add `seconds` to the idle time of the lease on the message `delivery` holds.
 
-        Owner and delivery count stay as they are. The suite ages only leases that
-        were just granted or heartbeated, so setting the idle time to `seconds`
-        instead of adding is acceptable.
+        Owner and delivery count stay as they are. The suite ages leases right after
+        they were granted or heartbeated, so setting the idle time to `seconds`
+        instead of adding is acceptable, and so is ageing whatever lease is current
+        on the message when `delivery` is stale.
         """
         ...
 

@@ -13,7 +13,8 @@ then judges the whole run:
   means nothing lost and nothing unexpected.
 * **Leases**: no two leases on one message may be live at the same time. A lease is
   *confirmed live* from its grant until ``lease - precision`` after the invocation of
-  its grant or of its last successful heartbeat (less any ``age_lease`` applied since),
+  its grant or of its last successful heartbeat (less any ``age_lease`` applied since
+  to the message),
   or until its owner's successful ack, release or dead-letter. A later lease granted
   while an earlier one was confirmed live is an *overlap*. A heartbeat, ack, release
   or dead-letter that succeeds with a receipt older than a lease granted before it
@@ -45,6 +46,7 @@ from taskrunner.queue import Capabilities, Delivery, Queue, QueueStats
 
 __all__ = [
     "Event",
+    "EventKind",
     "History",
     "HistoryReport",
     "LeaseViolation",
@@ -467,9 +469,11 @@ def _check_leases(events: Sequence[Event], live_span: float) -> list[LeaseViolat
                 leases[key] = lease
                 by_message[delivery.message_id].append(lease)
         elif event.kind == "age":
+            # A hook may age whichever lease is current on the message, not only the
+            # one the delivery names; shortening every lease of the message can only
+            # hide an overlap, never invent one.
             for delivery in event.sent:
-                aged = leases.get(_key(delivery))
-                if aged is not None:
+                for aged in by_message[delivery.message_id]:
                     aged.live_until -= event.seconds
         elif event.kind in ("heartbeat", "ack", "release", "dead_letter"):
             for delivery in event.succeeded():

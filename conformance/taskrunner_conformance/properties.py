@@ -200,8 +200,9 @@ PROPERTIES: tuple[Property, ...] = (
     Property(
         "P29",
         "payload_removed_underneath",
-        "a vanished payload is reported lost, dead-lettered",
+        "a vanished payload is reported by heartbeat, dead-lettered, never redelivered",
         "hook remove_payload",
+        "an ack of it may complete it or report it (the contract does not say)",
     ),
     Property(
         "P30",

@@ -100,6 +100,7 @@ def run(
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m taskrunner_conformance",
+        usage="%(prog)s PACKAGE.MODULE:FACTORY [options] [-- PYTEST_ARGS...]",
         description="Run the taskrunner Queue conformance suite against a backend.",
         epilog="Properties: "
         + ", ".join(f"{p.id} {p.name}" for p in PROPERTIES)
@@ -122,16 +123,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     parser.add_argument("-q", "--quiet", action="store_true", help="print only the report")
-    parser.add_argument(
-        "pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed to pytest after --"
-    )
+    parser.epilog = (parser.epilog or "") + " Arguments after -- go to pytest (-x, -k EXPR, -v...)."
     return parser
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> int:
     """Parse `argv`, run the suite, print the report; return the exit status."""
     out = stdout or sys.stdout
-    options = _parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    pytest_args: list[str] = []
+    if "--" in args:
+        split = args.index("--")
+        args, pytest_args = args[:split], args[split + 1 :]
+    options = _parser().parse_args(args)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -152,7 +156,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
     report = run(
         factory,
         properties=selected,
-        pytest_args=options.pytest_args,
+        pytest_args=pytest_args,
         quiet=options.quiet,
         target=options.factory,
     )

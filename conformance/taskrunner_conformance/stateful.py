@@ -365,11 +365,11 @@ class QueueMachine(RuleBasedStateMachine):
                 self.model.acked(current, self._run(handle.ack(current)))
         calls = 2 * (len(self.model.live()) // 4 + 2)
         deadline = time.monotonic() + GRACE_SECONDS * time_scale()
-        for _ in range(1_000):
+        for _ in range(4 * len(self.model.live()) + 20):
             if not self.model.live():
                 return
             left = [m.id for m in self.model.live()]
-            assert calls > 0 or time.monotonic() < deadline, (
+            assert calls > 0 or (self.mode == "age" and time.monotonic() < deadline), (
                 f"drain: receive and reclaim stopped returning messages; still live: {left}"
             )
             got = self._run(handle.receive(consumer, max_messages=4, wait_seconds=0))
@@ -384,7 +384,7 @@ class QueueMachine(RuleBasedStateMachine):
                 calls -= 1
                 if self.mode == "age":
                     self._run(asyncio.sleep(0.01 * time_scale()))
-        raise AssertionError("drain: the queue never emptied in 1000 rounds")
+        raise AssertionError("drain: messages kept coming back; acked ones too?")
 
     # -- invariants ----------------------------------------------------------------------
 
