@@ -284,6 +284,12 @@ PROPERTIES: tuple[Property, ...] = (
         "a cancelled receive leaves no message leased unseen",
         "capabilities.cancel_safe_receive",
     ),
+    Property(
+        "X4",
+        "worker_registry",
+        "worker entries refresh in place, expire after their TTL, remove idempotently",
+        "capabilities.worker_registry",
+    ),
 )
 
 _BY_ID = {prop.id: prop for prop in PROPERTIES}

@@ -159,30 +159,10 @@ class ConformanceReport:
         ]
         if info.capabilities is not None:
             caps = info.capabilities
-            claimed = [
-                name
-                for name in (
-                    "blocking_receive",
-                    "cancel_safe_receive",
-                    "persistent",
-                    "durable_enqueue",
-                    "shared_across_instances",
-                    "admin",
-                )
-                if getattr(caps, name)
-            ]
-            unclaimed = [
-                name
-                for name in (
-                    "blocking_receive",
-                    "cancel_safe_receive",
-                    "persistent",
-                    "durable_enqueue",
-                    "shared_across_instances",
-                    "admin",
-                )
-                if not getattr(caps, name)
-            ]
+            # Every boolean flag, so flags added to Capabilities show up by themselves.
+            flags = [f for f in caps.__struct_fields__ if isinstance(getattr(caps, f), bool)]
+            claimed = [name for name in flags if getattr(caps, name)]
+            unclaimed = [name for name in flags if not getattr(caps, name)]
             lines += [
                 f"claims   {', '.join(claimed) or '(none)'}; ordering={caps.ordering}; "
                 f"max_batch={caps.max_batch}; "

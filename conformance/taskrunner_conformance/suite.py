@@ -10,6 +10,7 @@ from .cases.lifecycle import LifecycleCases
 from .cases.model import ModelCases
 from .cases.outages import OutageCases
 from .cases.poison import PoisonCases
+from .cases.registry import RegistryCases
 
 __all__ = ["QueueConformance"]
 
@@ -22,6 +23,7 @@ class QueueConformance(
     PoisonCases,
     ConcurrencyCases,
     OutageCases,
+    RegistryCases,
     ModelCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.

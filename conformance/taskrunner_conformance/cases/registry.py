@@ -1,0 +1,63 @@
+"""The optional worker registry (X4)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from taskrunner.queue import Queue, WorkerInfo, WorkerRegistry
+
+from ..scenario import ConformanceBase, Scenario, conformance
+
+__all__ = ["RegistryCases"]
+
+
+def _registry(queue: Queue) -> WorkerRegistry:
+    missing = [
+        name
+        for name in ("publish_worker", "remove_worker", "live_workers")
+        if not callable(getattr(queue, name, None))
+    ]
+    assert not missing, f"capabilities.worker_registry is claimed but the queue lacks {missing}"
+    return cast(WorkerRegistry, queue)
+
+
+def _view(infos: list[WorkerInfo]) -> dict[str, tuple[int, int, float | None]]:
+    return {i.instance: (i.workers, i.busy, i.average_seconds) for i in infos}
+
+
+class RegistryCases(ConformanceBase):
+    """X4."""
+
+    @conformance("X4")
+    async def test_worker_entries_are_listed_until_their_ttl_passes_without_a_refresh(
+        self, s: Scenario
+    ) -> None:
+        """Publish refreshes in place, remove is idempotent, an unrefreshed entry expires."""
+        s.require_capability("worker_registry")
+        mine, theirs = _registry(s.queue), _registry(await s.open())
+        ttl = s.lease
+        now = 1_767_225_600.0
+        await mine.publish_worker(
+            WorkerInfo(instance="w1", workers=4, busy=1, average_seconds=None, seen_at=now),
+            ttl_seconds=ttl,
+        )
+        await theirs.publish_worker(
+            WorkerInfo(instance="w2", workers=8, busy=0, average_seconds=0.5, seen_at=now),
+            ttl_seconds=ttl,
+        )
+        assert _view(await mine.live_workers()) == {"w1": (4, 1, None), "w2": (8, 0, 0.5)}
+
+        await mine.publish_worker(
+            WorkerInfo(instance="w1", workers=4, busy=3, average_seconds=0.2, seen_at=now),
+            ttl_seconds=10 * ttl,
+        )
+        assert _view(await theirs.live_workers()) == {"w1": (4, 3, 0.2), "w2": (8, 0, 0.5)}
+
+        await s.advance(ttl + s.margin)
+        assert _view(await theirs.live_workers()) == {"w1": (4, 3, 0.2)}, (
+            "an entry outlived its TTL"
+        )
+        await theirs.remove_worker("w1")
+        await theirs.remove_worker("w1")
+        await theirs.remove_worker("never published")
+        assert await mine.live_workers() == []
