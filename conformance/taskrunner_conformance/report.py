@@ -194,9 +194,7 @@ class ConformanceReport:
             "",
             f"{counts['passed']} passed, {counts['failed']} failed, "
             f"{counts['skipped']} skipped (not applicable), {counts['not run']} not run",
-            "RESULT: PASS - every applicable property passed"
-            if self.passed_all_applicable
-            else "RESULT: FAIL",
+            _verdict(self),
         ]
         return "\n".join(lines)
 
@@ -235,6 +233,16 @@ class ConformanceReport:
     def dumps(self) -> str:
         """`to_json` as a JSON string."""
         return json.dumps(self.to_json(), indent=2, sort_keys=True)
+
+
+def _verdict(report: ConformanceReport) -> str:
+    if report.passed_all_applicable:
+        return "RESULT: PASS - every applicable property passed"
+    if report.failed:
+        return f"RESULT: FAIL - {', '.join(p.definition.id for p in report.failed)}"
+    if report.errors or report.pytest_exit_code not in (0, 1, 5):
+        return f"RESULT: ERROR - pytest exited with status {report.pytest_exit_code}"
+    return "RESULT: NOTHING APPLICABLE RAN - no selected property applies to this backend"
 
 
 def _time_text(mode: str) -> str:

@@ -15,7 +15,6 @@ safely inside one. Things that should happen at once get `Scenario.grace` of rea
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
@@ -403,9 +402,12 @@ async def _drive(owner: _Self, case: Case[_Self], harness: Harness) -> None:
         failed = False
     finally:
         # A skip or failure inside the case must not be masked by a close error.
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout(GRACE_SECONDS * 5 * time_scale()):
                 await scenario.close(quiet=failed)
+        except TimeoutError:
+            if not failed:
+                raise AssertionError("closing the queues or cleaning up hung") from None
 
 
 def conformance(*property_ids: str) -> Callable[[Case[_Self]], Callable[[_Self], None]]:
