@@ -234,7 +234,8 @@ class Queue(Protocol):
         """Lease up to `max_messages` ready messages to `consumer`.
 
         Waits at most `wait_seconds` for the first message (0 does not wait) and may
-        return fewer than asked for. Each returned delivery's lease starts now.
+        return fewer than asked for, but returns at least one delivery when a message is
+        ready. Each returned delivery's lease starts now.
 
         Raises:
             ValueError: `max_messages` < 1 or `wait_seconds` < 0.
@@ -245,6 +246,8 @@ class Queue(Protocol):
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Restart the lease of each delivery still owned under its receipt.
 
+        A lease that lapsed but was not reclaimed yet is still owned, and restarts.
+
         Returns:
             The deliveries whose lease was already lost (reclaimed, acked,
             dead-lettered, or the message is gone); they are left untouched.
@@ -253,6 +256,9 @@ class Queue(Protocol):
 
     async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Complete each delivery still owned under its receipt and remove its message.
+
+        A current receipt on a message whose stored body vanished underneath (trimmed or
+        deleted) completes it: nothing is left to redo.
 
         Returns:
             The deliveries this call did not complete because their lease was lost or
@@ -266,7 +272,9 @@ class Queue(Protocol):
         """Give deliveries back for redelivery once `delay_seconds` have passed.
 
         The message is redelivered by `receive` or `reclaim` no earlier than the delay,
-        with its delivery count + 1. Used for retry backoff and at shutdown.
+        with its delivery count + 1. Used for retry backoff and at shutdown. From then
+        on the released delivery's receipt is stale: heartbeat, ack, release and
+        dead_letter report it lost.
 
         Returns:
             The deliveries whose lease was already lost; they are left untouched.
