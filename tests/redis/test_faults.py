@@ -47,10 +47,17 @@ async def test_server_killed_and_restarted_mid_run_loses_nothing_and_runs_nothin
 
     producer_queue = await open_from_url(url, queue_name="q")
     worker_queue = await open_from_url(url, queue_name="q")
-    # The outage (about one heartbeat interval) is far shorter than a lease: nothing
-    # may be reclaimed while its first worker still holds it, so a second run would
-    # be a bug.
-    config = RunnerConfig(num_workers=10, batch_size=10, lease_seconds=6.0, block_seconds=0.5)
+    # Heartbeats every 0.5 s of an 8 s lease: the outage (until a heartbeat has failed,
+    # plus the restart) stays far shorter than a lease even on a loaded machine, so
+    # nothing may be reclaimed while its first worker still holds it, and a second
+    # run would be a bug.
+    config = RunnerConfig(
+        num_workers=10,
+        batch_size=10,
+        lease_seconds=8.0,
+        heartbeat_interval_seconds=0.5,
+        block_seconds=0.5,
+    )
     runner = Runner(worker_queue, app, config)
     try:
         await Producer(producer_queue, app).dispatch_many(work, range(TASKS))

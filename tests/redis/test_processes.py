@@ -3,7 +3,7 @@
 Each worker runs `tests.redis.proc_app`; tasks report starts, ends and runs through
 Redis keys in the test's namespace, and the tests wait for those reports with bounded
 polling. Workers are stopped by pid (SIGTERM, or SIGKILL where the test kills one).
-Leases are short (1-1.5 s) so takeovers happen within seconds.
+Leases are short (1.5 s) so takeovers happen within seconds.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ async def test_a_heartbeating_task_of_five_leases_runs_once_among_three_workers(
     redis_url: str, redis_namespace: str, tmp_path: Path
 ) -> None:
     ns = redis_namespace
-    lease = 1.0
+    lease = 1.5
     async with (
         observing(redis_url, ns) as (client, queue),
         workers_on(redis_url, ns, tmp_path) as start,

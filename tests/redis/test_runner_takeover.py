@@ -68,7 +68,7 @@ async def test_late_ack_and_stale_heartbeat_after_takeover_report_lost_and_spare
         started[(name, ctx.delivery_count)] = (ctx.consumer, ctx.message_id)
         await gates[(name, ctx.delivery_count)].wait()
 
-    config = RunnerConfig(num_workers=4, lease_seconds=1.0, block_seconds=0.5)
+    config = RunnerConfig(num_workers=4, lease_seconds=2.0, block_seconds=0.5)
     a_queue = StallableQueue(redis_url, redis_namespace)
     b_queue = open_queue(redis_url, redis_namespace)
     a, b = Runner(a_queue, app, config), Runner(b_queue, app, config)

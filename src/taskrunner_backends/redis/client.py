@@ -10,8 +10,8 @@ client's pool, sends the command and reads the raw reply itself.
 
 redis-py writes through ``asyncio.wait_for`` when a socket timeout is set (its default
 since 8.0), and on Python 3.11 ``wait_for`` swallows a cancellation that arrives just
-as the write completes; `RawClient.pipeline` delivers such a cancellation, so a cancelled loop of
-the runner really stops.
+as the write completes; `RawClient.pipeline` delivers such a cancellation, so a
+cancelled loop of the runner really stops.
 
 A connection whose reply was not read completely (error, timeout or cancellation)
 is disconnected before it goes back to the pool, so a late reply can never be read
