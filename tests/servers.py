@@ -100,6 +100,7 @@ class RedisServer:
         appendfsync: ``always``, ``everysec`` or ``no`` (only with `appendonly`).
         directory: Working directory for the AOF and the log; default a fresh temp dir,
             removed by `cleanup`.
+        unixsocket: Also listen on a Unix socket in `directory` (see `socket_path`).
 
     Use as a context manager, or call `start` and `stop` (plus `cleanup`) yourself.
     """
@@ -112,6 +113,7 @@ class RedisServer:
         appendonly: bool = False,
         appendfsync: Literal["always", "everysec", "no"] = "everysec",
         directory: Path | None = None,
+        unixsocket: bool = False,
     ) -> None:
         self.binary = binary or find_server_binary("auto")
         self._fixed_port = port is not None
@@ -120,6 +122,7 @@ class RedisServer:
         self.appendfsync = appendfsync
         self._own_directory = directory is None
         self.directory = directory or Path(tempfile.mkdtemp(prefix="taskrunner-redis-"))
+        self.unixsocket = unixsocket
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -131,6 +134,11 @@ class RedisServer:
     def pid(self) -> int | None:
         """The server's pid while it runs."""
         return None if self._process is None else self._process.pid
+
+    @property
+    def socket_path(self) -> Path:
+        """The Unix socket (listened on only when started with `unixsocket`)."""
+        return self.directory / "redis.sock"
 
     @property
     def log_path(self) -> Path:
@@ -157,6 +165,8 @@ class RedisServer:
         ]
         if self.appendonly:
             command += ["--appendfsync", self.appendfsync]
+        if self.unixsocket:
+            command += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
         return command
 
     def start(self) -> None:

@@ -126,3 +126,19 @@ async def test_a_cancelled_call_ends_cancelled_even_when_its_write_completes(
                 if not task.cancelled():
                     swallowed.append((fresh_connection, steps))
     assert swallowed == []
+
+
+async def test_unix_socket_url_with_db_and_namespace(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_server_factory(unixsocket=True)
+    queue = await open_from_url(f"unix://{server.socket_path}?db=3&namespace=sock", queue_name="q")
+    try:
+        [message_id] = await queue.add([b"over the socket"])
+        [delivery] = await queue.receive("a", max_messages=1, wait_seconds=0)
+        assert (delivery.message_id, delivery.body) == (message_id, b"over the socket")
+        assert await queue.ack([delivery]) == []
+        assert "unix://" in repr(queue)
+        assert queue._client.connection_pool.connection_kwargs["db"] == 3
+    finally:
+        await queue.aclose()
