@@ -439,3 +439,29 @@ async def test_worker_registry_counts_every_process_serving_the_queue() -> None:
     async with running(Runner(queue.open_handle(), app, RunnerConfig(), clock=clock)):
         await clock.advance(1)
         assert len(await queue.live_workers()) == 1  # the stopped ones left the registry
+
+
+async def test_monitor_forgets_idle_consumers_that_hold_no_message() -> None:
+    clock = FakeClock()
+    app, queue = make(clock)
+    await queue.add([b"held"])
+    await queue.receive("crashed-holder", max_messages=1, wait_seconds=0)
+    assert await queue.receive("crashed-idle", max_messages=1, wait_seconds=0) == []
+
+    runner = Runner(
+        queue.open_handle(),
+        app,
+        RunnerConfig(lease_seconds=3600, monitor_interval_seconds=60),
+        clock=clock,
+    )
+    async with running(runner):
+        await clock.advance(2000)
+        early = {consumer.name for consumer in (await queue.stats()).consumers}
+        # Past ten leases of idleness (the holder's message was reclaimed after one).
+        await clock.advance(36_000)
+        late = {consumer.name for consumer in (await queue.stats()).consumers}
+
+    assert {"crashed-idle", "crashed-holder"} <= early
+    assert not {"crashed-idle", "crashed-holder"} & late
+    assert runner.consumer_names[0] in late  # a live fetcher is never idle that long
+    assert len(queue.dead_letters()) == 1  # the held message was reclaimed, not lost

@@ -37,6 +37,7 @@ from taskrunner.messages import Envelope
 from taskrunner.producer import Producer
 from taskrunner.queue import (
     Capabilities,
+    ConsumerCleanup,
     ConsumerStats,
     DeadLetter,
     Delivery,
@@ -58,6 +59,7 @@ __all__ = [
     "Capabilities",
     "Clock",
     "ConfigurationError",
+    "ConsumerCleanup",
     "ConsumerStats",
     "DeadLetter",
     "DecodeError",

@@ -4,7 +4,10 @@ Internal module. Every ``monitor_interval_seconds`` it publishes this process in
 backend's worker registry (when the backend has one), reads the ready backlog from
 the backend's stats (ready messages, not a length that counts processed entries) and
 the live processes from the registry, and computes the predicted wait. Then it lets the
-autoscaler react (tuning mode) and checks the long-queue threshold.
+autoscaler react (tuning mode) and checks the long-queue threshold. Every
+``_CLEANUP_INTERVAL_SECONDS`` it also asks the backend to forget consumers idle for
+`consumer_idle_seconds` that hold no message (names are unique per process, so dead
+processes would otherwise leave their consumers behind forever).
 
 The long-queue hook fires once per episode: when the predicted wait rises above the
 threshold, and again only after it fell below 80 % of it. The hook runs in its own
@@ -26,7 +29,7 @@ from taskrunner.clock import Clock
 from taskrunner.config import LongQueueHook
 from taskrunner.errors import BackendError
 from taskrunner.pool import WorkerPool
-from taskrunner.queue import Queue, WorkerInfo, WorkerRegistry
+from taskrunner.queue import ConsumerCleanup, Queue, WorkerInfo, WorkerRegistry
 from taskrunner.stats import StatsRecorder
 from taskrunner.tuning import Autoscaler, predicted_wait
 
@@ -39,6 +42,9 @@ _REARM_FRACTION = 0.8
 
 # Registry entries outlive this many missed publications before they expire.
 _TTL_INTERVALS = 3
+
+# How often idle consumers are cleaned up, in seconds.
+_CLEANUP_INTERVAL_SECONDS = 600.0
 
 Spawn = Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
 
@@ -79,6 +85,8 @@ class Monitor:
         autoscaler: Resizes the pool after each observation, in tuning mode.
         threshold_seconds: Predicted wait above which `hook` fires.
         hook: The long-queue hook.
+        consumer_idle_seconds: Idle time after which a consumer holding no message is
+            forgotten (when the backend supports it).
     """
 
     def __init__(
@@ -94,6 +102,7 @@ class Monitor:
         autoscaler: Autoscaler | None = None,
         threshold_seconds: float | None = None,
         hook: LongQueueHook | None = None,
+        consumer_idle_seconds: float = 3600.0,
     ) -> None:
         self._queue = queue
         self._pool = pool
@@ -108,6 +117,11 @@ class Monitor:
         self._armed = True
         self._hook_task: asyncio.Task[None] | None = None
         self._registry = cast(WorkerRegistry, queue) if queue.capabilities.worker_registry else None
+        self._cleanup = (
+            cast(ConsumerCleanup, queue) if queue.capabilities.consumer_cleanup else None
+        )
+        self._consumer_idle = consumer_idle_seconds
+        self._last_cleanup: float | None = None
         self.latest: Observation | None = None
 
     async def run(self) -> None:
@@ -166,7 +180,19 @@ class Monitor:
                 backlog=backlog, workers=workers, busy=busy, average_seconds=average
             )
         self._check_long_queue(observation.predicted_wait_seconds)
+        await self._clean_up_consumers()
         return observation
+
+    async def _clean_up_consumers(self) -> None:
+        now = self._clock.monotonic()
+        if self._cleanup is None or (
+            self._last_cleanup is not None and now - self._last_cleanup < _CLEANUP_INTERVAL_SECONDS
+        ):
+            return
+        self._last_cleanup = now
+        removed = await self._cleanup.remove_idle_consumers(self._consumer_idle)
+        if removed:
+            _log.info("forgot %d idle consumer(s) holding no message", len(removed))
 
     def _check_long_queue(self, predicted: float | None) -> None:
         if self._threshold is None or self._hook is None or predicted is None:

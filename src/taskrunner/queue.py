@@ -23,6 +23,7 @@ import msgspec
 
 __all__ = [
     "Capabilities",
+    "ConsumerCleanup",
     "ConsumerStats",
     "DeadLetter",
     "Delivery",
@@ -89,6 +90,7 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
             clamped. None means no limit.
         admin: The queue also implements `QueueAdmin`.
         worker_registry: The queue also implements `WorkerRegistry`.
+        consumer_cleanup: The queue also implements `ConsumerCleanup`.
         lease_precision_seconds: How far lease expiry may deviate from the nominal
             ``idle_seconds`` (server clock granularity, replication lag).
     """
@@ -102,6 +104,7 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     max_batch: int | None = None
     admin: bool = False
     worker_registry: bool = False
+    consumer_cleanup: bool = False
     lease_precision_seconds: float = 0.0
 
 
@@ -374,4 +377,21 @@ class WorkerRegistry(Protocol):
 
     async def live_workers(self) -> list[WorkerInfo]:
         """Entries refreshed within their TTL, in no particular order."""
+        ...
+
+
+class ConsumerCleanup(Protocol):
+    """Forgetting consumers nobody uses any more.
+
+    Consumer names are unique per process incarnation, so a backend that records
+    consumers would collect them forever. Runners call this now and then; a backend that
+    implements it sets `Capabilities.consumer_cleanup`.
+    """
+
+    async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
+        """Forget consumers idle for `idle_seconds` that hold no message; returns their names.
+
+        A consumer that holds a message is never removed (its messages would become
+        unreachable); the check and the removal are one atomic step.
+        """
         ...

@@ -53,6 +53,10 @@ _log = logging.getLogger("taskrunner.runner")
 # emptiness. Short, so the run ends soon after the last message.
 _BURST_POLL_SECONDS = 0.1
 
+# A consumer holding no message and idle this long (or ten leases, if longer) is
+# forgotten by the backend; live fetchers touch theirs every receive.
+_CONSUMER_IDLE_SECONDS = 3600.0
+
 
 class Runner:
     """Runs the tasks of `app` from `queue` until stopped.
@@ -128,6 +132,7 @@ class Runner:
             autoscaler=self.autoscaler,
             threshold_seconds=self.config.long_queue_threshold_seconds,
             hook=self.config.long_queue_hook,
+            consumer_idle_seconds=max(_CONSUMER_IDLE_SECONDS, 10 * self.config.lease_seconds),
         )
 
     @property

@@ -51,6 +51,7 @@ _CAPABILITIES = Capabilities(
     max_batch=None,
     admin=True,
     worker_registry=True,
+    consumer_cleanup=True,
 )
 
 
@@ -364,6 +365,25 @@ class InMemoryQueue:
         for instance in [i for i, (_, expiry) in store.workers.items() if expiry <= now]:
             del store.workers[instance]
         return [info for info, _ in store.workers.values()]
+
+    # -- ConsumerCleanup ---------------------------------------------------------------
+
+    async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
+        """Forget consumers idle for `idle_seconds` that hold no message."""
+        if not idle_seconds >= 0:
+            raise ValueError(f"idle_seconds must be >= 0, got {idle_seconds}")
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        holders = {message.owner for message in store.in_flight.values()}
+        removed = [
+            name
+            for name, seen in store.consumers_seen.items()
+            if now - seen >= idle_seconds and name not in holders
+        ]
+        for name in removed:
+            del store.consumers_seen[name]
+        return removed
 
     # -- test conveniences (not part of the contract; the runner never calls these) --
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from taskrunner.errors import QueueClosedError
-from taskrunner.queue import Delivery
+from taskrunner.queue import ConsumerCleanup, Delivery
 
 from ..scenario import ConformanceBase, Scenario, conformance
 
@@ -51,10 +52,11 @@ class LifecycleCases(ConformanceBase):
         churn = await s.open()
 
         await s.lapse(s.queue, pending)
-        for round_number in range(5):
+        churners = [s.consumer(f"churn{round_number}") for round_number in range(5)]
+        for round_number, churner in enumerate(churners):
             # Receive only: reclaiming here would take the idle consumer's messages early.
             await s.add([f"churn {round_number}".encode()], churn)
-            got = await s.receive_n(churn, s.consumer(f"churn{round_number}"), 1)
+            got = await s.receive_n(churn, churner, 1)
             assert await churn.ack(got) == []
             if s.time_mode == "clock":
                 await s.advance(s.lease)
@@ -65,6 +67,11 @@ class LifecycleCases(ConformanceBase):
             assert listed[idle_name] == 3, (
                 f"stats lists the idle consumer with {listed[idle_name]} pending, not 3"
             )
+        if s.queue.capabilities.consumer_cleanup:
+            # The backend's consumer clean-up, at its most eager, must spare the holder.
+            removed = await cast(ConsumerCleanup, s.queue).remove_idle_consumers(0)
+            assert idle_name not in removed, "clean-up removed a consumer holding messages"
+            assert churners[0] in removed, "clean-up kept an idle consumer holding none"
         taken = await s.reclaim_ids(s.queue, s.consumer("rescuer"), set(ids))
         assert {d.message_id for d in taken} >= set(ids)
         assert await s.queue.ack(taken) == []

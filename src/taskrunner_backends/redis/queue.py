@@ -156,6 +156,7 @@ _CAPABILITIES = Capabilities(
     max_batch=None,
     admin=True,
     worker_registry=True,
+    consumer_cleanup=True,
     lease_precision_seconds=0.05,
 )
 
