@@ -173,7 +173,7 @@ PROPERTIES: tuple[Property, ...] = (
         "consumer_cleanup_safe",
         "an idle consumer's pending messages stay reclaimable",
         "requires_heartbeat",
-        "no GC hook in the contract; other consumers churn meanwhile",
+        "other consumers churn meanwhile; with consumer_cleanup, the clean-up spares the holder",
     ),
     Property(
         "P25",
