@@ -33,6 +33,7 @@ from taskrunner.errors import (
     UnsupportedServerError,
 )
 from taskrunner.failure import FailedTaskHandler, TaskFailure
+from taskrunner.logs import mask_url
 from taskrunner.messages import Envelope
 from taskrunner.producer import Producer
 from taskrunner.queue import (
@@ -94,6 +95,7 @@ __all__ = [
     "connect",
     "current_task",
     "known_schemes",
+    "mask_url",
     "open_queue",
 ]
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from typing import Any
 
 from taskrunner.acker import Acker
 from taskrunner.app import App, Task
+from taskrunner.callbacks import call_callback
 from taskrunner.clock import Clock, wait_future
 from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
@@ -268,7 +268,7 @@ class Executor:
         if handler is not None:
             failure = TaskFailure(delivery=delivery, reason=reason, envelope=envelope, error=error)
             try:
-                await _call_handler(handler, failure)
+                await call_callback(handler, failure)
             except Exception as exc:
                 reason = f"{reason}; the failed-task handler raised {_describe(exc)}"
                 log_delivery(
@@ -345,16 +345,6 @@ class Executor:
             delivery=lease.delivery,
             task=task_name,
         )
-
-
-async def _call_handler(handler: Callable[[TaskFailure], Any], failure: TaskFailure) -> None:
-    if inspect.iscoroutinefunction(handler):
-        await handler(failure)
-        return
-    # A plain function may block; run it off the loop so it cannot stall the workers.
-    result = await asyncio.to_thread(handler, failure)
-    if inspect.isawaitable(result):
-        await result
 
 
 async def _cancel_and_wait(child: asyncio.Future[Any]) -> None:

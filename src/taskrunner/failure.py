@@ -45,4 +45,4 @@ class TaskFailure:
 
 
 FailedTaskHandler = Callable[[TaskFailure], Awaitable[None] | None]
-"""Called once per terminal failure; may be sync or async (sync runs on the loop)."""
+"""Called once per terminal failure; may be sync or async (a plain function runs in a thread)."""

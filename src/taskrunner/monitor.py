@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
+from taskrunner.callbacks import call_callback
 from taskrunner.clock import Clock
 from taskrunner.config import LongQueueHook
 from taskrunner.errors import BackendError
@@ -217,11 +217,6 @@ class Monitor:
 
 async def _call_hook(hook: LongQueueHook, predicted: float) -> None:
     try:
-        if inspect.iscoroutinefunction(hook):
-            await hook(predicted)
-            return
-        result = await asyncio.to_thread(hook, predicted)
-        if inspect.isawaitable(result):
-            await result
+        await call_callback(hook, predicted)
     except Exception:
         _log.exception("long-queue hook raised")

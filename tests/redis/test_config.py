@@ -7,6 +7,7 @@ import logging
 import pytest
 import redis.asyncio as aioredis
 
+from taskrunner import mask_url
 from taskrunner.errors import (
     BackendUnavailableError,
     ConfigurationError,
@@ -16,7 +17,7 @@ from taskrunner_backends.redis import RedisStreamsQueue, open_from_url
 from taskrunner_backends.redis.keys import QueueKeys, namespace_pattern
 from taskrunner_backends.redis.queue import check_server
 from taskrunner_backends.redis.scripts import SCRIPTS
-from taskrunner_backends.redis.url import redact_url, split_url
+from taskrunner_backends.redis.url import split_url
 
 
 def test_split_url_separates_queue_options_from_redis_options() -> None:
@@ -63,8 +64,8 @@ def test_tls_and_unix_urls_are_accepted() -> None:
         ("redis://user@host", "redis://user@host"),
     ],
 )
-def test_redact_url_hides_passwords(url: str, expected: str) -> None:
-    assert redact_url(url) == expected
+def test_redis_urls_are_shown_without_their_password(url: str, expected: str) -> None:
+    assert mask_url(url) == expected
 
 
 async def test_queue_repr_and_errors_never_show_the_password(

@@ -75,6 +75,7 @@ from typing import Any, Literal
 import msgspec
 import redis.asyncio as aioredis
 
+from taskrunner import mask_url
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.errors import (
     BackendError,
@@ -97,7 +98,7 @@ from .client import Arg, RawClient
 from .errors import GroupMissingError, translate_errors
 from .keys import QueueKeys
 from .scripts import SCRIPTS
-from .url import redact_url, split_url
+from .url import split_url
 
 __all__ = [
     "BLOCK_READ_MARGIN_SECONDS",
@@ -1135,7 +1136,7 @@ async def open_from_url(
         )
     except (ValueError, TypeError) as exc:
         raise ConfigurationError(
-            f"invalid Redis URL {redact_url(url)}: {exc}", setting="url"
+            f"invalid Redis URL {mask_url(url)}: {exc}", setting="url"
         ) from None
     try:
         queue = RedisStreamsQueue(
@@ -1144,7 +1145,7 @@ async def open_from_url(
             namespace=options.get("namespace", "taskrunner"),
             clock=clock,
             owns_client=True,
-            _display=redact_url(url),
+            _display=mask_url(url),
         )
         await queue.initialize()
     except BaseException:

@@ -1,4 +1,4 @@
-"""Backend URLs: splitting queue options from redis-py options, and redaction (internal).
+"""Backend URLs: splitting queue options from redis-py options (internal).
 
 A URL is ``redis://[[user]:password@]host[:port][/db][?option=value&...]``, or
 ``rediss://`` for TLS, or ``unix:///path/to/socket?db=0``. Query options are either
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from taskrunner import mask_url
 from taskrunner.errors import ConfigurationError
 
-__all__ = ["QUEUE_OPTIONS", "REDIS_OPTIONS", "redact_url", "split_url"]
+__all__ = ["QUEUE_OPTIONS", "REDIS_OPTIONS", "split_url"]
 
 #: Options this backend reads from the URL query.
 QUEUE_OPTIONS = frozenset({"namespace"})
@@ -58,7 +59,7 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     if parts.scheme not in _SCHEMES:
         raise ConfigurationError(
-            f"unsupported scheme {parts.scheme!r} in {redact_url(url)}; "
+            f"unsupported scheme {parts.scheme!r} in {mask_url(url)}; "
             f"expected one of {', '.join(s + '://' for s in _SCHEMES)}",
             setting="url",
         )
@@ -68,37 +69,16 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     if unknown:
         known = ", ".join(sorted(QUEUE_OPTIONS | REDIS_OPTIONS))
         raise ConfigurationError(
-            f"unknown option(s) {', '.join(unknown)} in {redact_url(url)}; known: {known}",
+            f"unknown option(s) {', '.join(unknown)} in {mask_url(url)}; known: {known}",
             setting="url",
         )
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ConfigurationError(
-            f"option(s) {', '.join(repeated)} given more than once in {redact_url(url)}",
+            f"option(s) {', '.join(repeated)} given more than once in {mask_url(url)}",
             setting="url",
         )
     ours = {n: v for n, v in pairs if n in QUEUE_OPTIONS}
     theirs = [(n, v) for n, v in pairs if n in REDIS_OPTIONS]
     redis_url = urlunsplit(parts._replace(query=urlencode(theirs)))
     return redis_url, ours
-
-
-def redact_url(url: str) -> str:
-    """`url` with any password replaced by ``***`` (safe for logs, reprs and errors)."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return "<unparsable url>"
-    if password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = f"{user}:***@{host}" + (f":{port}" if port is not None else "")
-    return urlunsplit(parts._replace(netloc=netloc))
