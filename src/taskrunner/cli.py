@@ -654,16 +654,10 @@ async def _start_metrics(runner: Runner, settings: Settings) -> Callable[[], Non
     port = settings.metrics_port
     if port is None:
         return None
+    from taskrunner.metrics import start_metrics_server
+
     try:
-        module = importlib.import_module("taskrunner.metrics")
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"metrics_port={port} (from {settings.source_of('metrics_port')}) needs the "
-            f"metrics exporter, which cannot be imported ({exc})",
-            setting="metrics_port",
-        ) from None
-    try:
-        server = module.start_metrics_server(runner, port, addr=settings.metrics_addr)
+        server = start_metrics_server(runner, port, addr=settings.metrics_addr)
     except OSError as exc:
         raise ConfigurationError(
             f"metrics_port={port} (from {settings.source_of('metrics_port')}): cannot listen "
@@ -671,7 +665,7 @@ async def _start_metrics(runner: Runner, settings: Settings) -> Callable[[], Non
             setting="metrics_port",
         ) from None
     _log.info("metrics on http://%s:%d/metrics", settings.metrics_addr, server.port)
-    return cast(Callable[[], None], server.close)
+    return server.close
 
 
 # -- enqueue ---------------------------------------------------------------------------------
