@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -72,3 +72,16 @@ class BlockingHeartbeatQueue(InMemoryQueue):
 
 def make(clock: FakeClock, *, requires_heartbeat: bool = True) -> tuple[App, InMemoryQueue]:
     return App("tests"), InMemoryQueue(clock=clock, requires_heartbeat=requires_heartbeat)
+
+
+async def eventually(condition: Callable[[], bool], *, within: float = 10.0) -> None:
+    """Wait in real time until `condition()` holds; fail after `within` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    for _ in range(1_000_000):
+        if condition():
+            return
+        if loop.time() > deadline:
+            break
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"condition still false after {within}s")

@@ -21,7 +21,7 @@ from taskrunner import (
 from taskrunner.testing import FakeClock
 from taskrunner_backends.memory import InMemoryQueue
 
-from .support import config, make, run_burst, running
+from .support import config, eventually, make, run_burst, running
 
 
 class Order(msgspec.Struct):
@@ -405,3 +405,77 @@ async def test_backend_outage_is_retried_and_nothing_is_lost() -> None:
 
     assert sorted(done) == list(range(10))
     assert await queue.len() == 0
+
+
+async def test_a_bug_in_the_backends_ack_does_not_bring_the_runner_down() -> None:
+    clock = FakeClock()
+    app, queue = make(clock)
+    runs: list[int] = []
+    broken = True
+
+    class BuggyAck(InMemoryQueue):
+        async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+            if broken:
+                raise KeyError("bug in a backend")
+            return await super().ack(deliveries)
+
+    @app.task(max_retries=3)
+    async def job() -> None:
+        runs.append(current_task().delivery_count)
+
+    await Producer(queue, app, clock=clock).dispatch(job)
+    runner = Runner(BuggyAck._on_store(queue._store), app, config(), clock=clock)
+    async with running(runner) as run:
+        await clock.run_until(lambda: runs == [1], step=0.5, limit=5)
+        broken = False
+        # Unacked, the message comes back after its lease and is acked this time.
+        await clock.run_until(lambda: not queue.in_flight(), step=0.5, limit=60)
+        assert not run.done()
+
+    assert runs == [1, 2]
+    assert await queue.len() == 0
+
+
+async def test_a_timed_out_thread_is_not_reported_as_a_lost_lease() -> None:
+    clock = FakeClock()
+    app, queue = make(clock)
+    started = threading.Event()
+    release = threading.Event()
+
+    @app.task(max_retries=0, timeout_seconds=1)
+    def slow() -> None:
+        started.set()
+        release.wait(10)
+
+    await Producer(queue, app, clock=clock).dispatch(slow)
+    runner = Runner(queue, app, config(), clock=clock)
+    async with running(runner):
+        await clock.run_until(started.is_set, step=0.5, limit=5)
+        await clock.run_until(lambda: len(queue.dead_letters()) == 1, step=0.5, limit=5)
+        # Many heartbeat ticks while the timed-out thread still holds its worker slot.
+        await clock.advance(10 * runner.config.heartbeat_seconds)
+        assert runner.pool.busy == 1
+        release.set()
+        await eventually(lambda: runner.pool.busy == 0)
+
+    assert runner.stats().lease_lost == 0
+
+
+async def test_cancelled_error_raised_by_task_code_is_a_failed_attempt() -> None:
+    clock = FakeClock()
+    app, queue = make(clock)
+    attempts: list[int] = []
+
+    @app.task(max_retries=1)
+    async def confused() -> None:
+        attempts.append(current_task().delivery_count)
+        raise asyncio.CancelledError  # not a cancellation of the worker
+
+    await Producer(queue, app, clock=clock).dispatch(confused)
+    runner = Runner(queue, app, config(), clock=clock)
+    await run_burst(runner, clock)
+
+    assert attempts == [1, 2]
+    assert runner.stats().failed == 2
+    (dead,) = queue.dead_letters()
+    assert dead.reason.startswith("attempt 2 of 2 failed: CancelledError")

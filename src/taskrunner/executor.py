@@ -35,9 +35,7 @@ from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
 from taskrunner.context import _CURRENT, TaskContext
 from taskrunner.errors import (
-    BackendError,
     MessageError,
-    QueueClosedError,
     TaskTimeoutError,
 )
 from taskrunner.failure import TaskFailure
@@ -127,14 +125,21 @@ class Executor:
             headers=dict(envelope.headers),
         )
         started = self._clock.monotonic()
+        error: BaseException | None = None
         try:
             await self._run(lease, task, payload, context)
-        except asyncio.CancelledError:
-            await self._release_after_cancel(lease, task.name)
-            raise
+        except asyncio.CancelledError as exc:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                await self._release_after_cancel(lease, task.name)
+                raise
+            # Nobody cancelled this worker: the task's own code raised CancelledError.
+            error = exc
         except Exception as exc:
+            error = exc
+        if error is not None:
             self._stats.attempt_finished(task.name, self._clock.monotonic() - started, ok=False)
-            await self._failed(lease, envelope, task, exc, attempts)
+            await self._failed(lease, envelope, task, error, attempts)
         else:
             self._stats.attempt_finished(task.name, self._clock.monotonic() - started, ok=True)
             await self._complete(lease, task.name)
@@ -150,21 +155,30 @@ class Executor:
                     return
                 # A child task, so a timeout on the injected clock can cancel it alone.
                 child = asyncio.ensure_future(task.func(*args))
-                if not await wait_future(self._clock, child, timeout):
+                try:
+                    finished = await wait_future(self._clock, child, timeout)
+                except BaseException:
+                    # Cancelled at shutdown: the attempt must not outlive its worker.
+                    await _cancel_and_wait(child)
+                    raise
+                if not finished:
                     await _cancel_and_wait(child)
                     raise TaskTimeoutError(f"task {task.name!r} timed out after {timeout:g}s")
                 child.result()
                 return
             call = contextvars.copy_context().run
+            # A thread cannot be interrupted. The lease remembers it: a worker cancelled
+            # while it runs leaves the message leased instead of releasing it to run twice,
+            # and a timed-out attempt keeps its worker slot until the thread returns.
             future = asyncio.get_running_loop().run_in_executor(
                 self._threads(), call, task.func, *args
             )
-            if timeout is not None and not await wait_future(self._clock, future, timeout):
-                # A thread cannot be interrupted: the attempt counts as failed now, and
-                # the worker slot stays taken until the thread returns.
-                lease.thread = future
+            lease.thread = future
+            if timeout is None:
+                await asyncio.shield(future)
+            elif not await wait_future(self._clock, future, timeout):
                 raise TaskTimeoutError(f"task {task.name!r} timed out after {timeout:g}s")
-            await future
+            future.result()
         finally:
             _CURRENT.reset(token)
 
@@ -181,9 +195,15 @@ class Executor:
             return
         try:
             completed = await self._acker.ack(delivery)
-        except QueueClosedError as exc:
+        except Exception as exc:
+            # Closed queue, or a bug in the backend: the message comes back after its lease.
             log_delivery(
-                _log, logging.ERROR, "could not ack: %s", exc, delivery=delivery, task=task_name
+                _log,
+                logging.ERROR,
+                "could not ack (%r); it will be redelivered when its lease lapses",
+                exc,
+                delivery=delivery,
+                task=task_name,
             )
             return
         if not completed:
@@ -194,7 +214,7 @@ class Executor:
         lease: Lease,
         envelope: Envelope,
         task: Task[Any],
-        error: Exception,
+        error: BaseException,
         attempts: int,
     ) -> None:
         delivery = lease.delivery
@@ -224,7 +244,7 @@ class Executor:
         )
         try:
             lost = await self._queue.release([delivery], delay_seconds=delay)
-        except BackendError as exc:
+        except Exception as exc:  # unreachable backend, or a bug in it
             log_delivery(
                 _log,
                 logging.ERROR,
@@ -285,7 +305,7 @@ class Executor:
                 return
         try:
             lost = await self._queue.dead_letter([delivery], reason=reason)
-        except BackendError as exc:
+        except Exception as exc:  # unreachable backend, or a bug in it
             log_delivery(
                 _log,
                 logging.ERROR,
@@ -313,9 +333,19 @@ class Executor:
     async def _release_after_cancel(self, lease: Lease, task_name: str) -> None:
         if lease.lost:
             return
+        if lease.thread is not None and not lease.thread.done():
+            log_delivery(
+                _log,
+                logging.WARNING,
+                "cancelled while its thread still runs; the message stays leased and is "
+                "reclaimed after the lease if the thread does not finish",
+                delivery=lease.delivery,
+                task=task_name,
+            )
+            return
         try:
             await self._queue.release([lease.delivery], delay_seconds=0)
-        except (BackendError, asyncio.CancelledError) as exc:
+        except (Exception, asyncio.CancelledError) as exc:
             log_delivery(
                 _log,
                 logging.WARNING,

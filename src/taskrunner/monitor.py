@@ -137,6 +137,9 @@ class Monitor:
                     _log.exception("monitor crashed")
                 await self._clock.sleep(self._interval)
         finally:
+            if self._hook_task is not None:
+                # A hook still running must not keep the runner from stopping.
+                self._hook_task.cancel()
             if self._registry is not None:
                 # Best effort: an entry left behind expires on its own after its TTL.
                 with contextlib.suppress(BackendError, asyncio.CancelledError):

@@ -113,7 +113,8 @@ class Runner:
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
-        self._running: set[asyncio.Task[None]] = set()
+        # Each worker task and the lease it carries.
+        self._running: dict[asyncio.Task[None], Lease] = {}
         self._tg: asyncio.TaskGroup | None = None
         self._started = False
         self.fetchers: list[Fetcher] = []
@@ -288,54 +289,39 @@ class Runner:
         self._start(deliveries, reserved)
 
     def _start(self, deliveries: list[Delivery], reserved: int) -> None:
+        # Deliveries a receive returns after shutdown began are started too: their
+        # workers are reserved, and giving them back unstarted would still cost each a
+        # delivery (the backend cannot tell a return from a crash).
         assert self._tg is not None
-        if self._stopping.is_set():
-            # Leased after shutdown began: give them back unstarted.
-            self._pool.unreserve(reserved)
-            if deliveries:
-                self._track(self._tg.create_task(self._give_back(deliveries)))
-            return
         now = self._clock.monotonic()
         for delivery in deliveries:
             self._pool.start()
             lease = self._leases.add(delivery, now)
-            self._track(self._tg.create_task(self._run_one(lease)))
+            task = self._tg.create_task(self._run_one(lease))
+            self._running[task] = lease
+            self._idle.clear()
         self._pool.unreserve(reserved - len(deliveries))
-
-    def _track(self, task: asyncio.Task[None]) -> None:
-        self._running.add(task)
-        self._idle.clear()
-
-    def _untrack(self) -> None:
-        current = asyncio.current_task()
-        if current is not None:
-            self._running.discard(current)
-        if not self._running:
-            self._idle.set()
 
     async def _run_one(self, lease: Lease) -> None:
         try:
             await self._executor.execute(lease)
             if lease.thread is not None and not lease.thread.done():
-                # The worker slot stays taken until a timed-out thread really returns.
+                # A timed-out thread: its message is settled (no more heartbeats), but
+                # its worker slot stays taken until the thread really returns.
+                self._leases.remove(lease)
                 await asyncio.wait({lease.thread})
+        except Exception:
+            # The executor settles every outcome itself; this is a bug. The message
+            # comes back after its lease, and the other workers carry on.
+            _log.exception("worker crashed; the message is redelivered after its lease")
         finally:
             self._leases.remove(lease)
             self._pool.finish()
-            self._untrack()
-
-    async def _give_back(self, deliveries: list[Delivery]) -> None:
-        try:
-            await self._queue.release(deliveries, delay_seconds=0)
-        except BackendError as exc:
-            _log.warning(
-                "could not release %d unstarted deliveries (%s); they will be redelivered "
-                "when their leases lapse",
-                len(deliveries),
-                exc,
-            )
-        finally:
-            self._untrack()
+            current = asyncio.current_task()
+            if current is not None:
+                self._running.pop(current, None)
+            if not self._running:
+                self._idle.set()
 
     async def _shut_down(
         self, fetchers: list[asyncio.Task[None]], reclaimer: asyncio.Task[None] | None
@@ -355,12 +341,33 @@ class Runner:
                 self.config.drain_timeout_seconds,
             )
             await wait_event(self._clock, self._idle, self.config.drain_timeout_seconds)
+        in_threads = [task for task, lease in self._running.items() if _thread_running(lease)]
         if self._running:
-            _log.warning("cancelling %d task(s) still running", len(self._running))
-            running = list(self._running)
-            for task in running:
+            _log.warning("cancelling %d async task(s) still running", len(self._running))
+            others = [task for task in self._running if task not in in_threads]
+            for task in others:
                 task.cancel()
-            await asyncio.wait(running)
+            if others:
+                await asyncio.wait(others)
+        if in_threads and not self._force.is_set():
+            # Threads cannot be interrupted; their leases stay heartbeated meanwhile.
+            _log.warning(
+                "waiting for %d plain-def task(s) still running in threads; "
+                "stop again to leave them (their messages are then reclaimed after the lease)",
+                len(in_threads),
+            )
+            threads_done = asyncio.ensure_future(asyncio.wait(in_threads))
+            forced = asyncio.ensure_future(self._force.wait())
+            try:
+                await asyncio.wait({threads_done, forced}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                threads_done.cancel()
+                forced.cancel()
+        if self._running:
+            remaining = list(self._running)
+            for task in remaining:
+                task.cancel()
+            await asyncio.wait(remaining)
 
     async def _watch_burst(self) -> None:
         while True:
@@ -374,3 +381,7 @@ class Runner:
                     _log.warning("burst: could not read the queue length: %s", exc)
             if await wait_event(self._clock, self._stop_requested, _BURST_POLL_SECONDS):
                 return
+
+
+def _thread_running(lease: Lease) -> bool:
+    return lease.thread is not None and not lease.thread.done()
