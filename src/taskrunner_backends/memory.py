@@ -24,7 +24,7 @@ import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Self
 from urllib.parse import parse_qsl, urlsplit
 
 from taskrunner.clock import Clock, SystemClock, wait_event
@@ -107,7 +107,7 @@ class InMemoryQueue:
         self._closed = False
 
     @classmethod
-    def _on_store(cls, store: _Store) -> InMemoryQueue:
+    def _on_store(cls, store: _Store) -> Self:
         handle = cls.__new__(cls)
         handle._store = store
         handle._closed = False
