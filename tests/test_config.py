@@ -160,3 +160,18 @@ def test_task_definitions_are_checked() -> None:
 
         @app.task(name="same")
         async def f() -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"consumer_prefix": 5}, "consumer_prefix=5 must be 1-100 printable characters"),
+        ({"consumer_prefix": b"x"}, "consumer_prefix=b'x' must be 1-100 printable characters"),
+        ({"lease_seconds": 10**400}, "lease_seconds=1000"),
+    ],
+)
+def test_values_of_the_wrong_kind_are_configuration_errors_too(
+    settings: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        RunnerConfig(**settings)

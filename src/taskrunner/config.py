@@ -178,8 +178,10 @@ class RunnerConfig:
                 "long_queue_hook and long_queue_threshold_seconds must be set together",
                 setting="long_queue_hook",
             )
-        if self.consumer_prefix is not None and not (
-            0 < len(self.consumer_prefix) <= 100 and self.consumer_prefix.isprintable()
+        # Any: the annotation does not stop a caller (or a loader) passing another type.
+        prefix: Any = self.consumer_prefix
+        if prefix is not None and not (
+            isinstance(prefix, str) and 0 < len(prefix) <= 100 and prefix.isprintable()
         ):
             raise ConfigurationError(
                 f"consumer_prefix={self.consumer_prefix!r} must be 1-100 printable characters",
@@ -232,6 +234,8 @@ def _check_int(obj: object, name: str, *, minimum: int, maximum: int | None = No
 
 def _check_float(obj: object, name: str, *, positive: bool = False) -> None:
     value: Any = getattr(obj, name)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+        raise ConfigurationError(f"{name}={value} is too large", setting=name)
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         raise ConfigurationError(f"{name}={value!r} must be a number of seconds", setting=name)
     if math.isinf(value):

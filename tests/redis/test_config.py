@@ -157,3 +157,33 @@ def test_every_key_of_a_queue_shares_one_hash_tag() -> None:
 
 def test_every_script_is_loaded_from_package_data() -> None:
     assert all(script.source.strip() and len(script.sha) == 40 for script in SCRIPTS.values())
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "redis://h/0?ssl_certfile=/x",
+            "ssl_certfile in redis://h/0?ssl_certfile=/x need a rediss",
+        ),
+        (
+            "redis://h/0?protocol=9",
+            "option protocol='9' in redis://h/0?protocol=9 must be one of 2, 3",
+        ),
+        (
+            "redis://h/0?socket_timeout=-1",
+            "socket_timeout='-1' in redis://h/0?socket_timeout=-1 must be a positive",
+        ),
+        ("redis://h/0?socket_timeout=abc", "must be a positive number of seconds"),
+        ("redis://h/0?max_connections=x", "option max_connections='x'"),
+        ("redis://h/0?retry_on_timeout=maybe", "must be true or false"),
+        ("rediss://h/0?ssl_cert_reqs=sometimes", "must be one of none, optional, required"),
+    ],
+)
+def test_bad_option_values_are_configuration_errors_naming_the_option(
+    url: str, message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        split_url(url)
+
+    assert message in str(caught.value)

@@ -442,6 +442,7 @@ class RedisStreamsQueue:
         self._has_xackdel = False
         self._reclaim_cursor = "0-0"
         self._blocking: set[asyncio.Task[Any]] = set()
+        self._cancelled_by_close: set[asyncio.Task[Any]] = set()
 
     @classmethod
     async def open(
@@ -528,6 +529,8 @@ class RedisStreamsQueue:
             return
         self._closed = True
         for task in list(self._blocking):
+            # Only these cancellations become QueueClosedError; any other stays one.
+            self._cancelled_by_close.add(task)
             task.cancel()
         if self._owns_client:
             with translate_errors("close"):
@@ -985,7 +988,7 @@ class RedisStreamsQueue:
                 return _stream_entries(reply)
             return []
         except asyncio.CancelledError:
-            if self._closed and task is not None and task.cancelling() <= 1:
+            if task is not None and task in self._cancelled_by_close and task.cancelling() <= 1:
                 task.uncancel()
                 raise QueueClosedError(f"{self!r} was closed while receiving") from None
             raise
@@ -996,6 +999,7 @@ class RedisStreamsQueue:
         finally:
             if task is not None:
                 self._blocking.discard(task)
+                self._cancelled_by_close.discard(task)
 
     def _delivery(self, consumer: str, message: _Message, pel_count: int) -> Delivery:
         count = message.base_count + pel_count
@@ -1049,9 +1053,10 @@ class RedisStreamsQueue:
                 await self._fenced(
                     "dead", [d for d, _ in items], reason, overrides=[e for _, e in items]
                 )
-            except BackendUnavailableError:
+            except BackendError as exc:
                 # They stay leased to `consumer`; reclaim will find and bury them later.
-                _log.warning("%r: could not dead-letter malformed entries yet", self)
+                # Raising instead would lose the valid deliveries of this same read.
+                _log.warning("%r: could not dead-letter malformed entries yet: %s", self, exc)
 
     async def _fenced(
         self,

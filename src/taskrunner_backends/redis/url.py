@@ -48,13 +48,49 @@ REDIS_OPTIONS = frozenset(
 
 _SCHEMES = ("redis", "rediss", "unix")
 
+# What each redis-py option's value must look like, checked here so a bad value is a
+# configuration error naming the option, not a connection failure or a traceback.
+_POSITIVE_SECONDS = frozenset(
+    {"socket_timeout", "socket_connect_timeout", "timeout", "health_check_interval"}
+)
+_NON_NEGATIVE_INTEGERS = frozenset({"db", "max_connections", "socket_read_size"})
+_BOOLEANS = frozenset(
+    {"retry_on_timeout", "socket_keepalive", "ssl_check_hostname", "legacy_responses"}
+)
+_BOOLEAN_WORDS = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
+_CHOICES = {"protocol": ("2", "3"), "ssl_cert_reqs": ("none", "optional", "required")}
+
+
+def _check_value(name: str, value: str, url: str) -> None:
+    problem = None
+    if name in _POSITIVE_SECONDS:
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = float("nan")
+        if not 0 < seconds < float("inf"):
+            problem = "must be a positive number of seconds"
+    elif name in _NON_NEGATIVE_INTEGERS:
+        if not value.isdigit():
+            problem = "must be a whole number >= 0"
+    elif name in _BOOLEANS:
+        if value.lower() not in _BOOLEAN_WORDS:
+            problem = "must be true or false"
+    elif name in _CHOICES and value.lower() not in _CHOICES[name]:
+        problem = f"must be one of {', '.join(_CHOICES[name])}"
+    if problem is not None:
+        raise ConfigurationError(
+            f"option {name}={value!r} in {mask_url(url)} {problem}", setting="url"
+        )
+
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
     """Split `url` into a URL for redis-py and this backend's own options.
 
     Raises:
-        ConfigurationError: The scheme is not redis, rediss or unix, or the query
-            names an unknown option (the message lists the known ones).
+        ConfigurationError: The scheme is not redis, rediss or unix, the query names an
+            unknown option (the message lists the known ones), a TLS option on a URL
+            without TLS, or a value of the wrong kind.
     """
     parts = urlsplit(url)
     if parts.scheme not in _SCHEMES:
@@ -78,6 +114,14 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
             f"option(s) {', '.join(repeated)} given more than once in {mask_url(url)}",
             setting="url",
         )
+    tls_only = sorted(n for n in names if n.startswith("ssl_"))
+    if tls_only and parts.scheme != "rediss":
+        raise ConfigurationError(
+            f"option(s) {', '.join(tls_only)} in {mask_url(url)} need a rediss:// (TLS) URL",
+            setting="url",
+        )
+    for name, value in pairs:
+        _check_value(name, value, url)
     ours = {n: v for n, v in pairs if n in QUEUE_OPTIONS}
     theirs = [(n, v) for n, v in pairs if n in REDIS_OPTIONS]
     redis_url = urlunsplit(parts._replace(query=urlencode(theirs)))
