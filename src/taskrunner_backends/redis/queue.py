@@ -799,13 +799,19 @@ class RedisStreamsQueue:
             moved: list[str] = []
             for start in range(0, len(ids), FENCED_BATCH):
                 reply = await self._script(
-                    "retry", "retry_dead", keys, (0, *ids[start : start + FENCED_BATCH])
+                    "retry", "retry_dead", keys, (0, "+", *ids[start : start + FENCED_BATCH])
                 )
                 moved.extend(_as_str(v) for v in reply)
             return moved
+        # Only what is dead now: messages that die again while this runs wait for the
+        # next retry instead of keeping this one going round forever.
+        newest = await self._raw.call("retry", "XREVRANGE", self._keys.dead, "+", "-", "COUNT", 1)
+        if not newest:
+            return []
+        last = _as_str(newest[0][0])
         moved = []
         while True:
-            reply = await self._script("retry", "retry_dead", keys, (FENCED_BATCH,))
+            reply = await self._script("retry", "retry_dead", keys, (FENCED_BATCH, last))
             moved.extend(_as_str(v) for v in reply)
             if len(reply) < FENCED_BATCH:
                 return moved

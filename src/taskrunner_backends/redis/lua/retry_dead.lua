@@ -1,7 +1,8 @@
 -- Move dead letters back onto the queue as new messages.
 --
 -- KEYS: 1 stream, 2 dead-letter stream
--- ARGV: 1 batch size used when no ids are given, then the dead-letter ids (optional)
+-- ARGV: 1 batch size and 2 the last dead-letter id to take, used when no ids are
+--       given; then the dead-letter ids (optional)
 -- Returns the new message ids, one per dead letter moved; unknown ids are skipped.
 --
 -- XADD and XDEL of each dead letter happen in one script: it is neither lost (both
@@ -9,12 +10,12 @@
 
 local stream, dead = KEYS[1], KEYS[2]
 local ids = {}
-if #ARGV > 1 then
-  for i = 2, #ARGV do
+if #ARGV > 2 then
+  for i = 3, #ARGV do
     ids[#ids + 1] = ARGV[i]
   end
 else
-  for _, e in ipairs(redis.call('XRANGE', dead, '-', '+', 'COUNT', ARGV[1])) do
+  for _, e in ipairs(redis.call('XRANGE', dead, '-', ARGV[2], 'COUNT', ARGV[1])) do
     ids[#ids + 1] = e[1]
   end
 end
