@@ -10,12 +10,14 @@ Structure: one `asyncio.TaskGroup` owns every loop and every running task, so no
 outlives `Runner.run` and an unexpected error anywhere is never silently dropped.
 
 Shutdown (`Runner.stop`, or the CLI on SIGTERM/SIGINT): stop fetching (receives in
-progress are awaited, or cancelled where the backend says that is safe), release
-anything leased after that, let running tasks finish for up to
-``drain_timeout_seconds``, then cancel the rest, which release their messages for
-immediate redelivery. Acks still queued are sent before `run` returns. A second
-`stop` skips the drain. Nothing is lost: every message is acked, released, or left
-leased to lapse and be reclaimed.
+progress are awaited, or cancelled where the backend says that is safe; what they
+return is run like the rest), let running tasks finish for up to
+``drain_timeout_seconds``, then cancel the ``async def`` ones still running, which
+release their messages for immediate redelivery. Plain ``def`` tasks cannot be
+interrupted: shutdown waits for their threads, heartbeating their leases, unless
+`stop` is called again, which leaves them leased to lapse (never released while the
+thread still runs). Acks still queued are sent before `run` returns. Nothing is lost:
+every message is acked, released, or left leased to lapse and be reclaimed.
 """
 
 from __future__ import annotations
@@ -158,7 +160,11 @@ class Runner:
         await self._ready.wait()
 
     def stop(self) -> None:
-        """Ask `run` to shut down gracefully; a second call skips the drain."""
+        """Ask `run` to shut down gracefully; a second call skips the drain.
+
+        The second call also stops waiting for plain ``def`` tasks whose threads still
+        run; their messages stay leased and are reclaimed after the lease.
+        """
         if self._stop_requested.is_set():
             self._force.set()
             self._idle.set()
