@@ -112,7 +112,6 @@ class Runner:
         )
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
-        self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         # Each worker task and the lease it carries.
@@ -194,8 +193,9 @@ class Runner:
         self._started = True
         config = self.config
         wait_seconds = (
-            min(config.block_seconds, _BURST_POLL_SECONDS) if burst else (config.block_seconds)
+            min(config.block_seconds, _BURST_POLL_SECONDS) if burst else config.block_seconds
         )
+        batch_cooldown = None if config.tuning is None else config.tuning.cooldown_seconds
         names = self.consumer_names
         self.fetchers = [
             Fetcher(
@@ -206,10 +206,8 @@ class Runner:
                 batch_size=config.batch_size,
                 wait_seconds=wait_seconds,
                 clock=self._clock,
-                stopping=self._stopping,
-                batch_cooldown_seconds=None
-                if config.tuning is None
-                else (config.tuning.cooldown_seconds),
+                stopping=self._stop_requested,
+                batch_cooldown_seconds=batch_cooldown,
             )
             for i in range(config.num_fetchers)
         ]
@@ -272,7 +270,7 @@ class Runner:
             interval_seconds=self.config.reclaim_seconds,
             lease_seconds=self.config.lease_seconds,
             clock=self._clock,
-            stopping=self._stopping,
+            stopping=self._stop_requested,
         )
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -332,7 +330,6 @@ class Runner:
     async def _shut_down(
         self, fetchers: list[asyncio.Task[None]], reclaimer: asyncio.Task[None] | None
     ) -> None:
-        self._stopping.set()
         self._pool.close()
         cancel_safe = self._queue.capabilities.cancel_safe_receive
         for fetcher, task in zip(self.fetchers, fetchers, strict=True):
