@@ -419,10 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"taskrunner: configuration error: {mask_secrets(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except _UsageError as exc:
-        print(f"taskrunner: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except MessageError as exc:
+    except (_UsageError, MessageError) as exc:
         print(f"taskrunner: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BackendError as exc:
