@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .records import (
+    Beat,
     DeadLettered,
     Dispatched,
     DispatchError,
@@ -123,6 +124,7 @@ class History:
     attempts: list[Attempt] = field(default_factory=list)
     grants: list[Grant] = field(default_factory=list)
     grant_errors: list[GrantError] = field(default_factory=list)
+    beats: list[Beat] = field(default_factory=list)
     lease_lost: list[LeaseLost] = field(default_factory=list)
     stalls: list[Stall] = field(default_factory=list)
     outages: list[Outage] = field(default_factory=list)
@@ -162,6 +164,8 @@ def build_history(records: Iterable[Record], *, torn_lines: int = 0) -> History:
                 history.grants.append(record)
             case GrantError():
                 history.grant_errors.append(record)
+            case Beat():
+                history.beats.append(record)
             case LeaseLost():
                 history.lease_lost.append(record)
             case Stall():
@@ -264,6 +268,20 @@ class Double:
 
 
 @dataclass(frozen=True)
+class HeartbeatGap:
+    """How long one worker's leases went unconfirmed across one outage.
+
+    From the invocation of its last successful heartbeat before the outage to the
+    return of its first successful one after: an upper bound on how old its leases
+    looked to the server, which may reclaim them once that exceeds the lease.
+    """
+
+    outage: Outage
+    worker: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Rerun:
     """A message run again (`second`) after an attempt of it succeeded (`first`)."""
 
@@ -302,6 +320,8 @@ class Report:
     doubles: list[Double]
     lease_losses: list[LeaseLossVerdict]
     reruns: list[Rerun]
+    heartbeat_gaps: list[HeartbeatGap]
+    lease_seconds: float
     recovered_messages: int
     unfinished_attempts: int
     max_stall_seconds: float
@@ -364,6 +384,8 @@ class Report:
             f"{self.safe_outage_seconds:g}s ({_span(short)}), "
             f"{len(long)} at or above ({_span(long)})",
             f"  longest event-loop stall {self.max_stall_seconds:.2f}s",
+            f"  leases unconfirmed       {self._gaps(short)} across short outages, "
+            f"{self._gaps(long)} across long ones (lease {self.lease_seconds:g}s)",
             "",
             f"  lost                     {len(self.lost)}",
             f"  dead-lettered            {len(self.dead)}",
@@ -418,6 +440,13 @@ class Report:
         verdict = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}[self.exit_status]
         lines.append(f"  verdict                  {verdict}")
         return "\n".join(lines)
+
+    def _gaps(self, outages: Sequence[Outage]) -> str:
+        gaps = [g.seconds for g in self.heartbeat_gaps if g.outage in outages]
+        if not gaps:
+            return "-"
+        over = sum(gap >= self.lease_seconds for gap in gaps)
+        return f"up to {max(gaps):.2f}s ({over} of {len(gaps)} >= lease)"
 
 
 def _span(outages: Sequence[Outage]) -> str:
@@ -497,6 +526,8 @@ def check(
         doubles=doubles,
         lease_losses=lease_losses,
         reruns=reruns,
+        heartbeat_gaps=_heartbeat_gaps(history),
+        lease_seconds=lease_seconds,
         recovered_messages=sum(m not in history.job_of_message for m in by_message),
         unfinished_attempts=sum(a.outcome == "unfinished" for a in history.attempts),
         max_stall_seconds=max((s.t1 - s.t0 for s in history.stalls), default=0.0),
@@ -558,6 +589,28 @@ def _context(
                 f"{outage.seconds:.2f}s Redis outage"
             )
     return "no outage: no Redis outage in the two leases before"
+
+
+def _heartbeat_gaps(history: History) -> list[HeartbeatGap]:
+    """For each outage and each worker whose heartbeats failed in it, the unconfirmed time."""
+    by_worker: dict[int, list[Beat]] = defaultdict(list)
+    for beat in history.beats:
+        by_worker[beat.w].append(beat)
+    gaps = []
+    for outage in history.outages:
+        for worker, beats in by_worker.items():
+            failed = [
+                b for b in beats if b.error is not None and outage.start <= b.t0 <= outage.end
+            ]
+            if not failed:
+                continue  # it held no lease during the outage
+            ok = [b for b in beats if b.error is None]
+            before = [b for b in ok if b.t0 < outage.start]
+            after = [b for b in ok if b.t1 > outage.start and b.t0 > failed[0].t0]
+            if before and after:
+                seconds = min(b.t1 for b in after) - max(b.t0 for b in before)
+                gaps.append(HeartbeatGap(outage, worker, seconds))
+    return gaps
 
 
 def _judge_lease_losses(history: History, lease_seconds: float) -> list[LeaseLossVerdict]:

@@ -12,7 +12,7 @@ run, in order:
    their first attempt) while it
    * SIGKILLs a random worker every 2-6 s (a fifth of the time SIGTERMs it instead, a
      graceful stop) and starts a new one in its place;
-   * SIGKILLs Redis every 10-20 s and restarts it from its AOF after an outage: most
+   * SIGKILLs Redis every 8-16 s and restarts it from its AOF after an outage: most
      outages are short (below the documented safe bound ``lease - heartbeat``), a
      quarter long (1.5-2.5 leases, beyond it);
 3. **drain**: no more faults; waits until the queue is empty (nothing ready, nothing
@@ -20,9 +20,9 @@ run, in order:
 4. **stop**: SIGTERMs every worker (their final stats are recorded), lists the dead
    letters, stops Redis;
 5. **check**: reads the completion log of every process and prints the verdict of
-   `tests.soak.checker` (lost, concurrent double runs explained/unexplained, false
-   lease-lost). Exit status 0 when nothing was violated, 1 when something was, 3 when
-   the run could not be judged.
+   `tests.soak.checker` (lost, concurrent double runs and re-runs after success,
+   explained or not, false lease-lost). Exit status 0 when nothing was violated, 1
+   when something was, 3 when the run could not be judged.
 
 Everything it starts is stopped by pid. The run directory is kept when the verdict is
 not a pass (or with ``--keep``); ``python -m tests.soak --check DIR`` judges a kept
@@ -93,9 +93,10 @@ class Settings:
     worker_fault_min: float = 2.0
     worker_fault_max: float = 6.0
     graceful_fraction: float = 0.2
-    redis_fault_min: float = 10.0
-    redis_fault_max: float = 20.0
+    redis_fault_min: float = 8.0
+    redis_fault_max: float = 16.0
     long_outage_fraction: float = 0.25
+    short_outage_max: float = 0.98
     sync_fraction: float = 0.1
     fail_first_fraction: float = 0.03
     settle_timeout: float = 300.0
@@ -108,8 +109,8 @@ class Settings:
         return self.lease - self.heartbeat
 
     def short_outage(self, rng: random.Random) -> float:
-        """An outage inside the bound, up to near its edge."""
-        return rng.uniform(0.5, 0.9 * self.safe_outage)
+        """An outage inside the bound, up to its edge (the measured time decides)."""
+        return rng.uniform(0.5, self.short_outage_max * self.safe_outage)
 
     def long_outage(self, rng: random.Random) -> float:
         """An outage beyond the bound (whole leases lapse)."""
@@ -165,6 +166,8 @@ class Slot:
                 fault.cancel()
                 self._soak.record(WorkerExited(w, None, time.monotonic(), process.returncode or 0))
                 say(f"  worker w{w} exited by itself with {process.returncode}: {self._tail(w)}")
+                if self._stopping:
+                    return
                 continue
             exited.cancel()
             request = fault.result()
@@ -471,6 +474,34 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--slots", type=int, default=defaults.slots, help="tasks per worker")
     parser.add_argument("--lease", type=float, default=defaults.lease)
     parser.add_argument("--heartbeat", type=float, default=defaults.heartbeat)
+    parser.add_argument(
+        "--worker-faults",
+        type=float,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        default=(defaults.worker_fault_min, defaults.worker_fault_max),
+        help="seconds between two worker faults",
+    )
+    parser.add_argument(
+        "--redis-faults",
+        type=float,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        default=(defaults.redis_fault_min, defaults.redis_fault_max),
+        help="seconds between two Redis outages",
+    )
+    parser.add_argument(
+        "--long-outages",
+        type=float,
+        default=defaults.long_outage_fraction,
+        help="fraction of Redis outages beyond the safe bound",
+    )
+    parser.add_argument(
+        "--short-outage-max",
+        type=float,
+        default=defaults.short_outage_max,
+        help="longest short outage, as a fraction of the safe bound",
+    )
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--server", choices=["auto", "redis", "valkey"], default=defaults.server)
     parser.add_argument("--dir", type=Path, help="run directory (default: a new temp dir)")
@@ -493,6 +524,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         slots=args.slots,
         lease=args.lease,
         heartbeat=args.heartbeat,
+        worker_fault_min=args.worker_faults[0],
+        worker_fault_max=args.worker_faults[1],
+        redis_fault_min=args.redis_faults[0],
+        redis_fault_max=args.redis_faults[1],
+        long_outage_fraction=args.long_outages,
+        short_outage_max=args.short_outage_max,
         seed=args.seed,
         server=args.server,
     )
@@ -502,7 +539,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         directory = Path(tempfile.mkdtemp(prefix="taskrunner-soak-"))
     began = time.monotonic()
-    report = asyncio.run(run_soak(settings, directory))
+    try:
+        report = asyncio.run(run_soak(settings, directory))
+    except Exception as exc:
+        say(f"soak aborted: {exc!r}; run directory kept: {directory}")
+        return 3
     say(report.describe())
     say(f"  wall time                {time.monotonic() - began:.0f}s")
     if args.keep or report.exit_status != 0:

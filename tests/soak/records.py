@@ -17,9 +17,9 @@ Record kinds (the ``e`` field):
 * worker side: `Start` and `End` of every task attempt, `Grant` for every delivery a
   receive or reclaim returned (with the call's invocation and reply times),
   `GrantError` for a receive or reclaim that raised (it may have leased messages
-  nobody saw), `LeaseLost` for every lease loss the runner logged (and so counted),
-  `Stall` for event-loop pauses, `Stats` with the runner's final counters at a
-  graceful exit;
+  nobody saw), `Beat` for every heartbeat call, `LeaseLost` for every lease loss the
+  runner logged (and so counted), `Stall` for event-loop pauses, `Stats` with the
+  runner's final counters at a graceful exit;
 * driver side: `Dispatched` and `DispatchError`, `WorkerUp`, `WorkerKilled`,
   `WorkerExited`, `RedisDown`, `RedisUp`, `Phase`, `DeadLettered`.
 """
@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "Beat",
     "DeadLettered",
     "Dispatched",
     "DispatchError",
@@ -106,6 +107,17 @@ class GrantError(msgspec.Struct, frozen=True, tag_field="e", tag="grant_error"):
     t0: float
     t1: float
     error: str
+
+
+class Beat(msgspec.Struct, frozen=True, tag_field="e", tag="beat"):
+    """One heartbeat call of `n` leases, invoked at `t0`, returned (or raised) at `t1`."""
+
+    w: int
+    t0: float
+    t1: float
+    n: int
+    lost: int
+    error: str | None = None
 
 
 class LeaseLost(msgspec.Struct, frozen=True, tag_field="e", tag="lease_lost"):
@@ -211,6 +223,7 @@ Record = (
     | End
     | Grant
     | GrantError
+    | Beat
     | LeaseLost
     | Stall
     | Stats

@@ -20,6 +20,7 @@ from taskrunner.testing import FakeClock
 from ..support import LEASE, BlockingHeartbeatQueue, config, make, running
 from .checker import Report, build_history, check
 from .records import (
+    Beat,
     DeadLettered,
     Dispatched,
     DispatchError,
@@ -414,6 +415,22 @@ def test_the_log_survives_a_torn_last_line(tmp_path: Path) -> None:
         lease_seconds=LEASE_SECONDS,
         safe_outage_seconds=SAFE,
     ).instrument_errors == ["1 torn record line(s) (a process died mid-write)"]
+
+
+def test_the_time_leases_went_unconfirmed_across_an_outage_is_measured() -> None:
+    log = Log()
+    log.outage(2.0, 4.0)
+    for t0, error in [(0.5, None), (1.5, None), (2.5, "refused"), (3.5, "refused"), (4.5, None)]:
+        log.records.append(Beat(1, t0, t0 + 0.01, 3, 0, error))
+    # Worker 2 held no lease during the outage (no heartbeat call failed).
+    log.records += [Beat(2, 1.0, 1.01, 1, 0), Beat(2, 5.0, 5.01, 1, 0)]
+
+    report = log.report()
+
+    [gap] = report.heartbeat_gaps
+    assert gap.worker == 1
+    assert gap.seconds == pytest.approx(3.01)
+    assert "up to 3.01s (0 of 1 >= lease) across short outages" in report.describe()
 
 
 @pytest.fixture

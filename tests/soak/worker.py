@@ -4,9 +4,10 @@ Runs `tests.soak.app` with a real `taskrunner.Runner` on the Redis queue under t
 until SIGTERM (graceful stop) or SIGKILL. Besides the task attempts (written by the
 tasks), it writes to ``DIR/worker-N.jsonl``:
 
-* a `Grant` for every delivery a receive or reclaim returned, and a `GrantError` for
-  every receive or reclaim that raised: `RecordingQueue` is the Redis queue with
-  those two calls observed, nothing else changed;
+* a `Grant` for every delivery a receive or reclaim returned, a `GrantError` for
+  every receive or reclaim that raised, and a `Beat` for every heartbeat call:
+  `RecordingQueue` is the Redis queue with those calls observed, nothing else
+  changed;
 * a `LeaseLost` for every lease loss the runner logs, which is exactly when it counts
   one in ``stats().lease_lost`` (`LeaseLossRecorder` is a logging handler), so the
   counts of SIGKILLed workers are not lost with them;
@@ -27,7 +28,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from taskrunner_backends.redis.queue import (
 )
 
 from . import app as soak_app
-from .records import Grant, GrantError, LeaseLost, LogWriter, Stall, Stats
+from .records import Beat, Grant, GrantError, LeaseLost, LogWriter, Stall, Stats
 
 __all__ = ["NAMESPACE", "LeaseLossRecorder", "RecordingQueue", "main"]
 
@@ -80,6 +81,19 @@ class RecordingQueue(RedisStreamsQueue):
     async def reclaim(self, consumer: str, **kwargs: Any) -> list[Delivery]:
         """`RedisStreamsQueue.reclaim`, recorded."""
         return await self._recorded("reclaim", consumer, super().reclaim(consumer, **kwargs))
+
+    async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """`RedisStreamsQueue.heartbeat`, recorded (one record per call)."""
+        t0 = time.monotonic()
+        try:
+            lost = await super().heartbeat(deliveries)
+        except BaseException as exc:
+            self._writer.write(
+                Beat(self._worker, t0, time.monotonic(), len(deliveries), 0, repr(exc))
+            )
+            raise
+        self._writer.write(Beat(self._worker, t0, time.monotonic(), len(deliveries), len(lost)))
+        return lost
 
     async def _recorded(
         self, via: str, consumer: str, call: Awaitable[list[Delivery]]
