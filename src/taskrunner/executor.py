@@ -2,14 +2,23 @@
 
 Internal module. The decisions, in order:
 
-1. A body larger than the size limit, a malformed envelope, an unknown task name or a
-   payload of the wrong type is a *terminal failure* at once: retrying cannot help.
-2. A delivery count above the task's allowed attempts (max_retries + 1) means earlier
+1. A body larger than the size limit is a *terminal failure* at once.
+2. A delivery count above the *runner-wide cap* is a terminal failure without even
+   decoding the body. The cap is the most attempts any task of the app allows: the
+   largest ``max_retries`` of any registered task or the runner's ``max_retries``,
+   whichever is larger, plus one. Earlier deliveries never finished, and the body
+   itself may be what killed their workers (a crash in decoding that no exception
+   handler sees), so it is not decoded again.
+3. A malformed envelope, an unknown task name or a payload of the wrong type is a
+   terminal failure at once: retrying cannot help. Any exception raised while
+   decoding or validating counts (the codec turns each into a `MessageError`), so a
+   hostile body never crashes the worker.
+4. A delivery count above the task's allowed attempts (max_retries + 1) means earlier
    attempts never finished (a worker crashed or lost its lease): terminal failure
    without running the task again.
-3. Otherwise the task runs (``async def`` on the loop, plain ``def`` in a worker thread),
+5. Otherwise the task runs (``async def`` on the loop, plain ``def`` in a worker thread),
    under its timeout if it has one.
-4. Success: ack (through the coalescing acker). Failure with attempts left: release with
+6. Success: ack (through the coalescing acker). Failure with attempts left: release with
    exponential backoff and jitter. Failure on the last attempt: terminal failure.
 
 A terminal failure calls the failed-task handler once, or dead-letters with the reason.
@@ -96,6 +105,16 @@ class Executor:
                 f"{self._app.max_message_bytes}",
             )
             return
+        most_attempts = self._over_runner_wide_cap(delivery.delivery_count)
+        if most_attempts is not None:
+            await self._give_up(
+                lease,
+                f"delivered {delivery.delivery_count} times, more than any task of this app "
+                f"allows ({most_attempts} attempt(s): the largest max_retries + 1); earlier "
+                "deliveries did not finish, so it is not decoded again: a worker probably "
+                "crashed or lost its lease while reading or running it",
+            )
+            return
         envelope: Envelope | None = None
         try:
             envelope = decode_envelope(delivery.body)
@@ -143,6 +162,17 @@ class Executor:
         else:
             self._stats.attempt_finished(task.name, self._clock.monotonic() - started, ok=True)
             await self._complete(lease, task.name)
+
+    def _over_runner_wide_cap(self, delivery_count: int) -> int | None:
+        """The runner-wide cap on attempts when `delivery_count` exceeds it, else None."""
+        most = self._config.max_retries
+        if delivery_count <= most + 1:
+            return None  # the common case, without looking at every task
+        # Read now, not at start: tasks may be registered after the runner was built.
+        for task in self._app.tasks.values():
+            if task.max_retries is not None and task.max_retries > most:
+                most = task.max_retries
+        return most + 1 if delivery_count > most + 1 else None
 
     async def _run(self, lease: Lease, task: Task[Any], payload: Any, context: TaskContext) -> None:
         args = (payload,) if task.takes_payload else ()
@@ -284,6 +314,8 @@ class Executor:
         task_name = None if envelope is None else envelope.task
         if lease.lost:
             return
+        # A hostile body can make a reason huge (an unknown task name of a megabyte).
+        reason = _shorten(reason)
         handler = self._config.failed_task_handler
         if handler is not None:
             failure = TaskFailure(delivery=delivery, reason=reason, envelope=envelope, error=error)
@@ -390,5 +422,8 @@ async def _cancel_and_wait(child: asyncio.Future[Any]) -> None:
 
 
 def _describe(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}"
+    return _shorten(f"{type(error).__name__}: {error}")
+
+
+def _shorten(text: str) -> str:
     return text if len(text) <= _MAX_REASON_CHARS else text[:_MAX_REASON_CHARS] + "..."
