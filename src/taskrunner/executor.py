@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -48,10 +48,10 @@ from taskrunner.errors import (
     TaskTimeoutError,
 )
 from taskrunner.failure import TaskFailure
-from taskrunner.leases import Lease
+from taskrunner.leases import Lease, Verdict
 from taskrunner.logs import log_delivery
 from taskrunner.messages import Envelope
-from taskrunner.queue import Queue
+from taskrunner.queue import Delivery, Queue
 from taskrunner.retry import retry_delay
 from taskrunner.stats import StatsRecorder
 
@@ -213,18 +213,17 @@ class Executor:
             _CURRENT.reset(token)
 
     async def _complete(self, lease: Lease, task_name: str) -> None:
-        delivery = lease.delivery
         if lease.lost:
             log_delivery(
                 _log,
                 logging.WARNING,
                 "finished after its lease was lost; not acked",
-                delivery=delivery,
+                delivery=lease.delivery,
                 task=task_name,
             )
             return
         try:
-            completed = await self._acker.ack(delivery)
+            verdict = await self._settle(lease, self._acker.ack)
         except Exception as exc:
             # Closed queue, or a bug in the backend: the message comes back after its lease.
             log_delivery(
@@ -232,12 +231,23 @@ class Executor:
                 logging.ERROR,
                 "could not ack (%r); it will be redelivered when its lease lapses",
                 exc,
-                delivery=delivery,
+                delivery=lease.delivery,
                 task=task_name,
             )
             return
-        if not completed:
+        if verdict is Verdict.LOST:
             self._lease_lost_on_reply(lease, "ack", task_name)
+        elif verdict is Verdict.UNCERTAIN:
+            self._stats.ack_uncertain += 1
+            log_delivery(
+                _log,
+                logging.WARNING,
+                "ack uncertain: its first send failed, and the resend found the lease gone; "
+                "most likely the first send completed the message (else its lease had "
+                "lapsed and another worker has it)",
+                delivery=lease.delivery,
+                task=task_name,
+            )
 
     async def _failed(
         self,
@@ -247,18 +257,19 @@ class Executor:
         error: BaseException,
         attempts: int,
     ) -> None:
-        delivery = lease.delivery
         if lease.lost:
             log_delivery(
                 _log,
                 logging.WARNING,
                 "failed after its lease was lost; left to the new owner",
-                delivery=delivery,
+                delivery=lease.delivery,
                 task=task.name,
                 exc_info=error,
             )
             return
         description = _describe(error)
+        # The current delivery: an adopted one counts, as the backend counts it.
+        delivery = lease.delivery
         if delivery.delivery_count >= attempts:
             await self._give_up(
                 lease,
@@ -272,8 +283,12 @@ class Executor:
             base_seconds=self._config.retry_base_seconds,
             max_seconds=self._config.retry_max_seconds,
         )
+
+        async def release(delivery: Delivery) -> Verdict:
+            return _verdict(await self._queue.release([delivery], delay_seconds=delay))
+
         try:
-            lost = await self._queue.release([delivery], delay_seconds=delay)
+            verdict = await self._settle(lease, release)
         except Exception as exc:  # unreachable backend, or a bug in it
             log_delivery(
                 _log,
@@ -286,7 +301,7 @@ class Executor:
                 task=task.name,
             )
             return
-        if lost:
+        if verdict is not Verdict.DONE:
             self._lease_lost_on_reply(lease, "release", task.name)
             return
         self._stats.retried(task.name)
@@ -310,7 +325,6 @@ class Executor:
         envelope: Envelope | None = None,
         error: BaseException | None = None,
     ) -> None:
-        delivery = lease.delivery
         task_name = None if envelope is None else envelope.task
         if lease.lost:
             return
@@ -318,7 +332,9 @@ class Executor:
         reason = _shorten(reason)
         handler = self._config.failed_task_handler
         if handler is not None:
-            failure = TaskFailure(delivery=delivery, reason=reason, envelope=envelope, error=error)
+            failure = TaskFailure(
+                delivery=lease.delivery, reason=reason, envelope=envelope, error=error
+            )
             try:
                 await call_callback(handler, failure)
             except Exception as exc:
@@ -327,7 +343,7 @@ class Executor:
                     _log,
                     logging.ERROR,
                     "failed-task handler raised; dead-lettering instead",
-                    delivery=delivery,
+                    delivery=lease.delivery,
                     task=task_name,
                     exc_info=exc,
                 )
@@ -335,8 +351,12 @@ class Executor:
                 self._stats.handled += 1
                 await self._complete(lease, task_name or "-")
                 return
+
+        async def dead_letter(delivery: Delivery) -> Verdict:
+            return _verdict(await self._queue.dead_letter([delivery], reason=reason))
+
         try:
-            lost = await self._queue.dead_letter([delivery], reason=reason)
+            verdict = await self._settle(lease, dead_letter)
         except Exception as exc:  # unreachable backend, or a bug in it
             log_delivery(
                 _log,
@@ -344,11 +364,11 @@ class Executor:
                 "could not dead-letter (%s): %s; it will be redelivered when its lease lapses",
                 exc,
                 reason,
-                delivery=delivery,
+                delivery=lease.delivery,
                 task=task_name,
             )
             return
-        if lost:
+        if verdict is not Verdict.DONE:
             self._lease_lost_on_reply(lease, "dead_letter", task_name)
             return
         self._stats.dead_lettered(task_name)
@@ -357,7 +377,7 @@ class Executor:
             logging.ERROR,
             "dead-lettered: %s",
             reason,
-            delivery=delivery,
+            delivery=lease.delivery,
             task=task_name,
             exc_info=error,
         )
@@ -375,8 +395,12 @@ class Executor:
                 task=task_name,
             )
             return
+
+        async def release(delivery: Delivery) -> Verdict:
+            return _verdict(await self._queue.release([delivery], delay_seconds=0))
+
         try:
-            await self._queue.release([lease.delivery], delay_seconds=0)
+            await self._settle(lease, release)
         except (Exception, asyncio.CancelledError) as exc:
             log_delivery(
                 _log,
@@ -394,6 +418,21 @@ class Executor:
                 delivery=lease.delivery,
                 task=task_name,
             )
+
+    async def _settle(
+        self, lease: Lease, send: Callable[[Delivery], Awaitable[Verdict]]
+    ) -> Verdict:
+        """Send the lease's ack, release or dead-letter with its current receipt."""
+        # From now on a heartbeat reaching the backend after this call would find the
+        # lease gone and report it lost; that report is moot, this call's reply decides.
+        lease.settling = True
+        while True:
+            delivery = lease.delivery
+            verdict = await send(delivery)
+            if verdict is not Verdict.LOST or lease.delivery is delivery:
+                return verdict
+            # A newer delivery of the message was adopted while this one was in flight,
+            # so the old receipt was stale: send again with the new one.
 
     def _lease_lost_on_reply(self, lease: Lease, operation: str, task_name: str | None) -> None:
         if not lease.lost:
@@ -419,6 +458,11 @@ async def _cancel_and_wait(child: asyncio.Future[Any]) -> None:
             raise
     except Exception:  # the child's own error after its cancellation is moot
         pass
+
+
+def _verdict(lost: list[Delivery]) -> Verdict:
+    """The verdict of a release or dead-letter of one delivery, from its lost list."""
+    return Verdict.LOST if lost else Verdict.DONE
 
 
 def _describe(error: BaseException) -> str:

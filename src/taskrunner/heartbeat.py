@@ -70,8 +70,9 @@ class LeaseKeeper:
         if not leases:
             return
         started = self._clock.monotonic()
+        sent = [lease.delivery for lease in leases]
         try:
-            lost = await self._queue.heartbeat([lease.delivery for lease in leases])
+            lost = await self._queue.heartbeat(sent)
         except BackendError as exc:
             _log.warning("heartbeat of %d leases failed: %s", len(leases), exc)
             for lease in leases:
@@ -86,16 +87,20 @@ class LeaseKeeper:
                     )
             return
         lost_set = set(lost)
-        for lease in leases:
-            if lease.delivery in lost_set:
+        for lease, delivery in zip(leases, sent, strict=True):
+            if lease.delivery is not delivery:
+                continue  # a newer delivery was adopted meanwhile; this was the old receipt
+            if delivery in lost_set:
                 self._mark_lost(lease)
             else:
                 lease.confirmed_at = started
                 lease.uncertain = False
 
     def _mark_lost(self, lease: Lease) -> None:
-        if lease.done or lease.lost:
-            # Finished (acked) while the heartbeat was in flight: not a loss.
+        if lease.done or lease.lost or lease.settling:
+            # Finished, or its ack, release or dead-letter went out while the heartbeat
+            # was in flight and reached the backend first: not a loss. The settling
+            # call's own fenced reply tells whether the lease was still ours.
             return
         lease.lost = True
         self._stats.lease_lost += 1
