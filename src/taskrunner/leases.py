@@ -24,12 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskrunner.logs import log_delivery
 from taskrunner.queue import Delivery
+from taskrunner.stats import StatsRecorder
 
-__all__ = ["Lease", "LeaseTable", "Verdict"]
+__all__ = ["Lease", "LeaseTable", "Verdict", "adopt"]
+
+_log = logging.getLogger("taskrunner.leases")
 
 
 class Verdict(enum.Enum):
@@ -70,13 +75,6 @@ class Lease:
     done: bool = False
     thread: asyncio.Future[Any] | None = None
 
-    def adopt(self, delivery: Delivery, now: float) -> None:
-        """Carry on under `delivery`, a newer delivery of the same message granted at `now`."""
-        self.delivery = delivery
-        self.confirmed_at = now
-        self.lost = False
-        self.uncertain = False
-
 
 @dataclass(slots=True)
 class LeaseTable:
@@ -112,3 +110,26 @@ class LeaseTable:
 
     def __len__(self) -> int:
         return len(self._leases)
+
+
+def adopt(lease: Lease, delivery: Delivery, now: float, stats: StatsRecorder) -> None:
+    """Let the running `lease` carry on under `delivery`, a newer delivery of its message.
+
+    Called when a receive or reclaim hands this process a message it is still running;
+    starting it would run it twice at once in one process.
+    """
+    old_count = lease.delivery.delivery_count
+    lease.delivery = delivery
+    lease.confirmed_at = now
+    lease.lost = False
+    lease.uncertain = False
+    stats.leases_adopted += 1
+    log_delivery(
+        _log,
+        logging.WARNING,
+        "got back a message this process is still running (delivery %d): its lease had "
+        "lapsed while heartbeats did not get through; the running copy carries on under "
+        "the new lease instead of starting a second one",
+        old_count,
+        delivery=delivery,
+    )

@@ -39,7 +39,7 @@ from taskrunner.errors import BackendError
 from taskrunner.executor import Executor
 from taskrunner.fetcher import Fetcher
 from taskrunner.heartbeat import LeaseKeeper
-from taskrunner.leases import Lease, LeaseTable
+from taskrunner.leases import Lease, LeaseTable, adopt
 from taskrunner.monitor import Monitor
 from taskrunner.pool import WorkerPool
 from taskrunner.queue import Delivery, Queue
@@ -298,13 +298,19 @@ class Runner:
         # delivery (the backend cannot tell a return from a crash).
         assert self._tg is not None
         now = self._clock.monotonic()
+        started = 0
         for delivery in deliveries:
+            held = self._leases.holding(delivery.message_id)
+            if held is not None:
+                adopt(held, delivery, now, self._stats)
+                continue
             self._pool.start()
+            started += 1
             lease = self._leases.add(delivery, now)
             task = self._tg.create_task(self._run_one(lease))
             self._running[task] = lease
             self._idle.clear()
-        self._pool.unreserve(reserved - len(deliveries))
+        self._pool.unreserve(reserved - started)
 
     async def _run_one(self, lease: Lease) -> None:
         try:
