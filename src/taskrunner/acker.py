@@ -20,9 +20,10 @@ import logging
 from dataclasses import dataclass
 
 from taskrunner.clock import Clock
-from taskrunner.errors import BackendError, QueueClosedError
+from taskrunner.errors import BackendError, BackendUnavailableError, QueueClosedError
 from taskrunner.leases import Verdict
 from taskrunner.queue import Delivery, Queue
+from taskrunner.reconnect import ReconnectGate
 from taskrunner.retry import Backoff
 
 __all__ = ["Acker"]
@@ -47,10 +48,12 @@ class Acker:
     Args:
         queue: The backend.
         clock: Paces retries while the backend is unreachable.
+        gate: Told when the backend is unreachable (acks themselves are never held).
     """
 
-    def __init__(self, queue: Queue, *, clock: Clock) -> None:
+    def __init__(self, queue: Queue, *, clock: Clock, gate: ReconnectGate | None = None) -> None:
         self._queue = queue
+        self._gate = gate
         self._clock = clock
         self._pending: list[_Ack] = []
         self._wake = asyncio.Event()
@@ -92,6 +95,8 @@ class Acker:
                     _fail(batch, exc)
                     continue
                 except BackendError as exc:
+                    if self._gate is not None and isinstance(exc, BackendUnavailableError):
+                        self._gate.failure()
                     for item in batch:
                         item.resent = True
                     self._pending[:0] = [item for item in batch if not item.future.done()]

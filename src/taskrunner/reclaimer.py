@@ -3,7 +3,10 @@
 Internal module. Every ``reclaim_interval_seconds`` it asks the backend for messages
 idle longer than the lease, as many as there are free workers, and keeps asking while
 the backend returns some. Like a fetcher, it never leases more than the pool can
-start. Backends redeliver released (retried) messages through this path too.
+start. Backends redeliver released (retried) messages through this path too. After
+the backend was unreachable, it reclaims again only once the lease keeper got
+heartbeats of every lease through (see `taskrunner.reconnect`), and a message it
+takes back that this process still runs is adopted, never started twice.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import asyncio
 import logging
 
 from taskrunner.clock import Clock, wait_event
-from taskrunner.errors import BackendError
+from taskrunner.errors import BackendError, BackendUnavailableError
 from taskrunner.fetcher import HandOver
 from taskrunner.pool import WorkerPool
 from taskrunner.queue import Queue
+from taskrunner.reconnect import ReconnectGate
 
 __all__ = ["Reclaimer"]
 
@@ -35,6 +39,7 @@ class Reclaimer:
         lease_seconds: Idle time after which a lease counts as lapsed.
         clock: Paces the sweeps.
         stopping: Set when the runner shuts down.
+        gate: Closed after a backend failure until heartbeats got through.
     """
 
     def __init__(
@@ -49,8 +54,10 @@ class Reclaimer:
         lease_seconds: float,
         clock: Clock,
         stopping: asyncio.Event,
+        gate: ReconnectGate | None = None,
     ) -> None:
         self.consumer = consumer
+        self._gate = gate
         self._queue = queue
         self._pool = pool
         self._hand_over = hand_over
@@ -66,6 +73,8 @@ class Reclaimer:
             try:
                 await self.sweep()
             except BackendError as exc:
+                if self._gate is not None and isinstance(exc, BackendUnavailableError):
+                    self._gate.failure()
                 _log.warning("reclaim failed, next attempt in %.1fs: %s", self._interval, exc)
             except Exception:
                 # A bug must not end reclaiming for the life of the process.
@@ -79,6 +88,8 @@ class Reclaimer:
         """
         total = 0
         while not self._stopping.is_set():
+            if self._gate is not None and not await self._gate.wait_open(self._stopping):
+                break
             reserved = await self._pool.reserve(self._batch_size)
             if not reserved:
                 break

@@ -44,6 +44,7 @@ from taskrunner.monitor import Monitor
 from taskrunner.pool import WorkerPool
 from taskrunner.queue import Delivery, Queue
 from taskrunner.reclaimer import Reclaimer
+from taskrunner.reconnect import ReconnectGate
 from taskrunner.stats import RunnerStats, StatsRecorder
 from taskrunner.tuning import Autoscaler
 
@@ -99,7 +100,9 @@ class Runner:
         self._stats = StatsRecorder()
         self._pool = WorkerPool(self.config.initial_workers)
         self._leases = LeaseTable()
-        self._acker = Acker(queue, clock=self._clock)
+        # After a backend failure, leases are heartbeated before new work is taken.
+        self._gate = ReconnectGate() if queue.requires_heartbeat else None
+        self._acker = Acker(queue, clock=self._clock, gate=self._gate)
         self._threads: ThreadPoolExecutor | None = None
         self._executor = Executor(
             queue,
@@ -208,6 +211,7 @@ class Runner:
                 clock=self._clock,
                 stopping=self._stop_requested,
                 batch_cooldown_seconds=batch_cooldown,
+                gate=self._gate,
             )
             for i in range(config.num_fetchers)
         ]
@@ -258,6 +262,7 @@ class Runner:
             interval_seconds=self.config.heartbeat_seconds,
             lease_seconds=self.config.lease_seconds,
             stats=self._stats,
+            gate=self._gate,
         )
 
     def _reclaimer(self, consumer: str) -> Reclaimer:
@@ -271,6 +276,7 @@ class Runner:
             lease_seconds=self.config.lease_seconds,
             clock=self._clock,
             stopping=self._stop_requested,
+            gate=self._gate,
         )
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
