@@ -16,7 +16,9 @@ pytestmark = pytest.mark.redis
 
 async def _dead_letters(queue: RedisStreamsQueue, bodies: list[bytes]) -> list[str]:
     await queue.add(bodies)
-    deliveries = await queue.receive("a", max_messages=len(bodies), wait_seconds=0)
+    deliveries = await queue.receive(
+        "a", max_messages=len(bodies), wait_seconds=0, lease_seconds=300
+    )
     await queue.dead_letter(deliveries, reason="bad")
     return [letter.message_id for letter in await queue.list_dead_letters()]
 
@@ -43,7 +45,7 @@ async def test_retry_dead_letters_moves_each_back_exactly_once(
     assert len(new_ids) == 2
     assert again == []
     assert [letter.body for letter in await redis_queue.list_dead_letters()] == [b"2"]
-    deliveries = await redis_queue.receive("b", max_messages=10, wait_seconds=0)
+    deliveries = await redis_queue.receive("b", max_messages=10, wait_seconds=0, lease_seconds=300)
     assert [d.body for d in deliveries] == [b"1", b"3"]
     assert [d.message_id for d in deliveries] == new_ids
     assert all(d.delivery_count == 1 for d in deliveries)
@@ -70,7 +72,10 @@ async def test_concurrent_retries_neither_lose_nor_duplicate(
     )
 
     assert sum(len(r) for r in results) == 20
-    bodies = [d.body for d in await redis_queue.receive("b", max_messages=100, wait_seconds=0)]
+    bodies = [
+        d.body
+        for d in await redis_queue.receive("b", max_messages=100, wait_seconds=0, lease_seconds=300)
+    ]
     assert sorted(bodies) == sorted(b"%d" % i for i in range(20))
 
 
@@ -103,7 +108,9 @@ async def test_remove_idle_consumers_never_deletes_one_with_pending_entries(
     busy = await receive_one(redis_queue, "busy")
     done = await receive_one(redis_queue, "done")
     await redis_queue.ack([done])
-    await redis_queue.receive("idle", max_messages=1, wait_seconds=0)  # an empty read
+    await redis_queue.receive(
+        "idle", max_messages=1, wait_seconds=0, lease_seconds=300
+    )  # an empty read
     await age_lease(redis_queue, busy, 600)
 
     removed = await redis_queue.remove_idle_consumers(0)
@@ -112,7 +119,7 @@ async def test_remove_idle_consumers_never_deletes_one_with_pending_entries(
     assert "done" in removed
     names = [c.name for c in (await redis_queue.stats()).consumers]
     assert names == ["busy"]
-    [taken] = await redis_queue.reclaim("other", idle_seconds=300, max_messages=1)
+    [taken] = await redis_queue.reclaim("other", lease_seconds=300, max_messages=1)
     assert taken.message_id == busy.message_id
 
 
