@@ -193,9 +193,7 @@ async def test_no_lease_keeper_when_the_queue_needs_no_heartbeats() -> None:
     assert await queue.len() == 0
 
 
-async def test_runner_with_a_short_lease_never_takes_a_heartbeated_task_of_a_long_lease_runner() -> (
-    None
-):
+async def test_short_lease_runner_never_takes_a_task_heartbeated_by_a_long_lease_runner() -> None:
     # Runner A grants itself 9 s leases and heartbeats every 3 s; runner B on the same
     # queue uses 1 s leases and reclaims every half second. B must judge A's message by
     # A's lease, so the task runs once over thirty seconds.

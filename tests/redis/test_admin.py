@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from taskrunner.queue import WorkerInfo
 from taskrunner_backends.redis import RedisStreamsQueue
 from taskrunner_backends.redis.testing import age_lease
 
@@ -132,3 +133,79 @@ async def test_remove_idle_consumers_respects_the_idle_threshold(
 
     assert await redis_queue.remove_idle_consumers(3600) == []
     assert [c.name for c in (await redis_queue.stats()).consumers] == ["recent"]
+
+
+async def _existing_keys(queue: RedisStreamsQueue) -> list[str]:
+    found = []
+    for key in queue.keys.every_key:
+        if await queue._raw.call("exists", "EXISTS", key):
+            found.append(key)
+    return found
+
+
+async def test_opening_and_reading_a_queue_creates_nothing(redis_queue: RedisStreamsQueue) -> None:
+    await redis_queue.initialize()
+    stats = await redis_queue.stats()
+    assert (stats.ready, stats.delayed, stats.in_flight, stats.dead) == (0, 0, 0, 0)
+    assert await redis_queue.len() == 0
+    assert await redis_queue.list_dead_letters() == []
+    assert await redis_queue.live_workers() == []
+    assert await redis_queue.remove_idle_consumers(0) == []
+
+    assert await _existing_keys(redis_queue) == []
+
+
+async def test_stats_count_a_backlog_added_before_any_worker_read(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add([b"a", b"b"])
+    stats = await redis_queue.stats()
+
+    assert (stats.ready, stats.in_flight) == (2, 0)
+    assert await redis_queue.len() == 2
+    assert (
+        len(await redis_queue.receive("a", max_messages=5, wait_seconds=0, lease_seconds=60)) == 2
+    )
+
+
+async def test_delete_queue_removes_every_key_and_old_receipts_report_lost(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add([b"a", b"b", b"c"])
+    held = await redis_queue.receive("a", max_messages=3, wait_seconds=0, lease_seconds=60)
+    assert await redis_queue.dead_letter(held[:1], reason="r") == []
+    assert await redis_queue.release(held[1:2], delay_seconds=60) == []
+    await redis_queue.publish_worker(
+        WorkerInfo(instance="w", workers=1, busy=0, average_seconds=None, seen_at=0),
+        ttl_seconds=60,
+    )
+
+    await redis_queue.delete_queue()
+    await redis_queue.delete_queue()  # idempotent
+
+    assert await _existing_keys(redis_queue) == []
+    assert await redis_queue.ack(held[2:]) == held[2:]
+    assert await redis_queue.len() == 0
+    [new_id] = await redis_queue.add([b"after"])
+    assert new_id not in {d.message_id for d in held}
+
+
+async def test_remove_consumers_forgets_named_consumers_of_every_lease_but_spares_holders(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add([b"held", b"done once", b"done twice"])
+    [held] = await redis_queue.receive("busy", max_messages=1, wait_seconds=0, lease_seconds=60)
+    for lease in (30, 60):
+        done = await redis_queue.receive(
+            "idle", max_messages=1, wait_seconds=0, lease_seconds=lease
+        )
+        assert await redis_queue.ack(done) == []
+
+    removed = await redis_queue.remove_consumers(["idle", "busy", "unknown"])
+
+    assert removed == ["idle"]
+    names = {c.name for c in (await redis_queue.stats()).consumers}
+    assert names == {"busy"}
+    assert await redis_queue.ack([held]) == []
+    assert await redis_queue.remove_consumers(["busy"]) == ["busy"]
+    assert (await redis_queue.stats()).consumers == ()

@@ -491,6 +491,9 @@ class RedisStreamsQueue:
         self._server: ServerInfo | None = None
         self._has_xackdel = False
         self._reclaim_cursor = "0-0"
+        # Whether this handle created (or found) the group: a later NOGROUP means it
+        # was deleted underneath, which is worth a warning; a first one is not.
+        self._group_created = False
         self._blocking: set[asyncio.Task[Any]] = set()
         self._cancelled_by_close: set[asyncio.Task[Any]] = set()
 
@@ -1036,6 +1039,12 @@ class RedisStreamsQueue:
             return False
         return bool(reply) and reply[0] is not None
 
+    def _group_missing(self, action: str) -> None:
+        if self._group_created:
+            _log.warning("%r: consumer group missing during %s; recreating it", self, action)
+        else:
+            _log.debug("%r: creating the consumer group (first %s)", self, action)
+
     async def _create_group(self) -> None:
         keys = self._keys
         try:
@@ -1048,6 +1057,7 @@ class RedisStreamsQueue:
         except BackendError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+        self._group_created = True
 
     async def _script(
         self, action: str, name: str, keys: Sequence[str], args: Sequence[Arg]
@@ -1055,8 +1065,9 @@ class RedisStreamsQueue:
         try:
             return await self._raw.run_script(action, SCRIPTS[name], keys, args)
         except GroupMissingError:
-            # The stream or group was deleted (FLUSHDB, DEL, eviction): recreate at 0.
-            _log.warning("%r: consumer group missing during %s; recreating it", self, action)
+            # First use of the queue by a worker, or the stream or group was deleted
+            # (FLUSHDB, DEL, eviction): create it at 0.
+            self._group_missing(action)
             await self._create_group()
             try:
                 return await self._raw.run_script(action, SCRIPTS[name], keys, args)
@@ -1095,6 +1106,7 @@ class RedisStreamsQueue:
                     # Since 7.0, deleting the stream unblocks readers with NOGROUP.
                     if attempt == 2:
                         raise
+                    self._group_missing("receive")
                     await self._create_group()
                     continue
                 return _stream_entries(reply)
