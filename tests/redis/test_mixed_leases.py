@@ -33,13 +33,14 @@ async def test_short_lease_runner_never_takes_a_task_heartbeated_by_a_long_lease
         runs.append((context.consumer, context.delivery_count))
         await finish.wait()
 
-    # A: 6 s leases heartbeated every second. B: 1 s leases, reclaiming every 0.2 s.
+    # A: 6 s leases heartbeated every 2 s. B: 1 s leases, reclaiming every 0.2 s, so B
+    # would take the task between two of A's heartbeats if it judged it by its own lease.
     a_queue = open_queue(redis_url, redis_namespace)
     b_queue = open_queue(redis_url, redis_namespace)
     a = Runner(
         a_queue,
         app,
-        RunnerConfig(lease_seconds=6.0, heartbeat_interval_seconds=1.0, block_seconds=0.5),
+        RunnerConfig(lease_seconds=6.0, heartbeat_interval_seconds=2.0, block_seconds=0.5),
     )
     b = Runner(
         b_queue,
