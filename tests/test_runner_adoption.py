@@ -36,18 +36,26 @@ class DroppedHeartbeats(InMemoryQueue):
 
 
 class RedeliveringReceive(DroppedHeartbeats):
-    """A backend that hands lapsed messages out through `receive`, not `reclaim`."""
+    """A backend that hands lapsed messages out through `receive`, not `reclaim`.
+
+    The contract forbids it (X6); the runner must still never start a message twice.
+    """
 
     async def receive(
-        self, consumer: str, *, max_messages: int, wait_seconds: float
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
-        lapsed = await super().reclaim(consumer, idle_seconds=LEASE, max_messages=max_messages)
+        lapsed = await super().reclaim(
+            consumer, lease_seconds=lease_seconds, max_messages=max_messages
+        )
         return lapsed or await super().receive(
-            consumer, max_messages=max_messages, wait_seconds=min(wait_seconds, 0.5)
+            consumer,
+            max_messages=max_messages,
+            wait_seconds=min(wait_seconds, 0.5),
+            lease_seconds=lease_seconds,
         )
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
         return []
 

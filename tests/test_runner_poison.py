@@ -189,8 +189,8 @@ async def test_delivery_count_over_every_tasks_allowance_is_given_up_before_deco
     for consumer in ("dead-1", "dead-2", "dead-3", "dead-4"):
         await clock.advance(LEASE + 1)
         got = await queue.reclaim(
-            consumer, idle_seconds=LEASE, max_messages=1
-        ) or await queue.receive(consumer, max_messages=1, wait_seconds=0)
+            consumer, lease_seconds=LEASE, max_messages=1
+        ) or await queue.receive(consumer, max_messages=1, wait_seconds=0, lease_seconds=LEASE)
         assert len(got) == 1
     await clock.advance(LEASE + 1)
 
@@ -229,8 +229,8 @@ async def test_delivery_count_within_the_runner_wide_cap_is_still_decoded() -> N
     for consumer in ("dead-1", "dead-2"):
         await clock.advance(LEASE + 1)
         got = await queue.reclaim(
-            consumer, idle_seconds=LEASE, max_messages=2
-        ) or await queue.receive(consumer, max_messages=2, wait_seconds=0)
+            consumer, lease_seconds=LEASE, max_messages=2
+        ) or await queue.receive(consumer, max_messages=2, wait_seconds=0, lease_seconds=LEASE)
         assert len(got) == 2
     await clock.advance(LEASE + 1)
     await run_burst(Runner(queue, app, config(max_retries=0), clock=clock), clock)

@@ -55,22 +55,29 @@ class Flaky(InMemoryQueue):
     link: Link
 
     async def receive(
-        self, consumer: str, *, max_messages: int, wait_seconds: float
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
         started = self.link.clock.monotonic()
         if self.link.down:
             self.link.record("receive", started, 0)
-        got = await super().receive(consumer, max_messages=max_messages, wait_seconds=wait_seconds)
+        got = await super().receive(
+            consumer,
+            max_messages=max_messages,
+            wait_seconds=wait_seconds,
+            lease_seconds=lease_seconds,
+        )
         # Down meanwhile: the blocking read fails (anything leased comes back after a lease).
         self.link.record("receive", started, len(got))
         return got
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
         started = self.link.clock.monotonic()
         self.link.record("reclaim", started, 0)
-        return await super().reclaim(consumer, idle_seconds=idle_seconds, max_messages=max_messages)
+        return await super().reclaim(
+            consumer, lease_seconds=lease_seconds, max_messages=max_messages
+        )
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         self.link.record("heartbeat", self.link.clock.monotonic(), len(deliveries))
@@ -144,14 +151,17 @@ async def test_a_bug_in_heartbeats_does_not_hold_the_fetchers_back_after_an_outa
 
     class BuggyHeartbeat(InMemoryQueue):
         async def receive(
-            self, consumer: str, *, max_messages: int, wait_seconds: float
+            self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
         ) -> list[Delivery]:
             nonlocal fail_next_receive
             if fail_next_receive:
                 fail_next_receive = False
                 raise BackendUnavailableError("connection reset")
             return await super().receive(
-                consumer, max_messages=max_messages, wait_seconds=wait_seconds
+                consumer,
+                max_messages=max_messages,
+                wait_seconds=wait_seconds,
+                lease_seconds=lease_seconds,
             )
 
         async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:

@@ -40,6 +40,7 @@ class Fetcher:
         hand_over: Starts the deliveries and returns unused reservations.
         batch_size: Most messages per receive (adjustable at run time).
         wait_seconds: How long one receive waits for a first message.
+        lease_seconds: The lease each received delivery is granted.
         clock: Paces backoff.
         stopping: Set when the runner shuts down.
         batch_cooldown_seconds: In tuning mode, the batch size follows the pool's free
@@ -58,6 +59,7 @@ class Fetcher:
         hand_over: HandOver,
         batch_size: int,
         wait_seconds: float,
+        lease_seconds: float,
         clock: Clock,
         stopping: asyncio.Event,
         batch_cooldown_seconds: float | None = None,
@@ -73,6 +75,7 @@ class Fetcher:
         self._pool = pool
         self._hand_over = hand_over
         self._wait_seconds = wait_seconds
+        self._lease_seconds = lease_seconds
         self._clock = clock
         self._stopping = stopping
         self.receiving = False
@@ -106,7 +109,10 @@ class Fetcher:
             try:
                 self.receiving = True
                 deliveries = await self._queue.receive(
-                    self.consumer, max_messages=reserved, wait_seconds=self._wait_seconds
+                    self.consumer,
+                    max_messages=reserved,
+                    wait_seconds=self._wait_seconds,
+                    lease_seconds=self._lease_seconds,
                 )
             except BackendError as exc:
                 self._pool.unreserve(reserved)

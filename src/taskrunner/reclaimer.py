@@ -1,7 +1,8 @@
 """The reclaimer: takes over messages whose lease lapsed, e.g. of a crashed worker.
 
 Internal module. Every ``reclaim_interval_seconds`` it asks the backend for messages
-idle longer than the lease, as many as there are free workers, and keeps asking while
+whose holder's lease lapsed (whatever lease the holder was granted), as many as there
+are free workers, and keeps asking while
 the backend returns some. Like a fetcher, it never leases more than the pool can
 start. Backends redeliver released (retried) messages through this path too. After
 the backend was unreachable, it reclaims again only once the lease keeper got
@@ -36,7 +37,7 @@ class Reclaimer:
         hand_over: Starts the deliveries and returns unused reservations.
         batch_size: Most messages per reclaim call.
         interval_seconds: Time between two sweeps.
-        lease_seconds: Idle time after which a lease counts as lapsed.
+        lease_seconds: The lease each reclaimed delivery is granted.
         clock: Paces the sweeps.
         stopping: Set when the runner shuts down.
         gate: Closed after a backend failure until heartbeats got through.
@@ -95,7 +96,7 @@ class Reclaimer:
                 break
             try:
                 deliveries = await self._queue.reclaim(
-                    self.consumer, idle_seconds=self._lease_seconds, max_messages=reserved
+                    self.consumer, lease_seconds=self._lease_seconds, max_messages=reserved
                 )
             except BaseException:
                 self._pool.unreserve(reserved)

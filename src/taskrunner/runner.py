@@ -208,6 +208,7 @@ class Runner:
                 hand_over=self._received,
                 batch_size=config.batch_size,
                 wait_seconds=wait_seconds,
+                lease_seconds=config.lease_seconds,
                 clock=self._clock,
                 stopping=self._stop_requested,
                 batch_cooldown_seconds=batch_cooldown,
@@ -249,10 +250,23 @@ class Runner:
                 await acker
                 for task in background:
                     task.cancel()
+                await self._forget_consumers()
         finally:
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
             _log.info("worker stopped: %s", self.stats())
+
+    async def _forget_consumers(self) -> None:
+        # Consumer names are unique per run, so the backend would otherwise keep this
+        # run's names until the idle clean-up of some later runner. Names still holding
+        # a message (a thread left running by a forced stop) are kept by the backend.
+        cleanup = self._queue.consumer_cleanup
+        if cleanup is None:
+            return
+        try:
+            await cleanup.remove_consumers(self.consumer_names)
+        except BackendError as exc:
+            _log.warning("could not remove this worker's consumer names: %s", exc)
 
     def _lease_keeper(self) -> LeaseKeeper:
         return LeaseKeeper(
