@@ -45,6 +45,21 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of the conformance suite; writes docs/mutation-report.md.
+
+    mutmut mutates the memory backend and the SQLite example and runs the suite on each
+    mutant (tests/mutation/run.py; arguments after -- go there: --target, --jobs,
+    --report-only, --no-run). Fails when a survivor is not explained in
+    tests/mutation/equivalent.toml. Not a default session: it takes minutes.
+    """
+    install(session, "mutation", extras="[conformance]")
+    session.run(
+        "nice", "-n", "10", "python", "-m", "tests.mutation.run", *session.posargs, external=True
+    )
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Throughput benchmark against raw redis-py (bench/throughput.py)."""
     install(session, "test")

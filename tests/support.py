@@ -64,10 +64,12 @@ class BlockingHeartbeatQueue(InMemoryQueue):
         return await super().heartbeat(deliveries)
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
         await self.gate.wait()
-        return await super().reclaim(consumer, idle_seconds=idle_seconds, max_messages=max_messages)
+        return await super().reclaim(
+            consumer, lease_seconds=lease_seconds, max_messages=max_messages
+        )
 
 
 def make(clock: FakeClock, *, requires_heartbeat: bool = True) -> tuple[App, InMemoryQueue]:

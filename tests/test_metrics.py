@@ -45,6 +45,9 @@ async def test_metrics_endpoint_reports_counters_per_task_and_gauges() -> None:
     assert 'taskrunner_task_failed_total{queue="tests",task="bad"} 1.0' in text
     assert 'taskrunner_task_dead_lettered_total{queue="tests",task="bad"} 1.0' in text
     assert 'taskrunner_received_total{queue="tests"} 6.0' in text
+    assert 'taskrunner_lease_lost_total{queue="tests"} 0.0' in text
+    assert 'taskrunner_ack_uncertain_total{queue="tests"} 0.0' in text
+    assert 'taskrunner_leases_adopted_total{queue="tests"} 0.0' in text
     assert 'taskrunner_workers{queue="tests"} 10.0' in text
     assert 'taskrunner_backlog{queue="tests"} 0.0' in text
     assert 'taskrunner_task_duration_seconds{queue="tests",task="ok"}' in text

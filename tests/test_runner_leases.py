@@ -191,3 +191,46 @@ async def test_no_lease_keeper_when_the_queue_needs_no_heartbeats() -> None:
 
     assert calls == []
     assert await queue.len() == 0
+
+
+async def test_short_lease_runner_never_takes_a_task_heartbeated_by_a_long_lease_runner() -> None:
+    # Runner A grants itself 9 s leases and heartbeats every 3 s; runner B on the same
+    # queue uses 1 s leases and reclaims every half second. B must judge A's message by
+    # A's lease, so the task runs once over thirty seconds.
+    clock = FakeClock()
+    app, queue = make(clock)
+    finish = asyncio.Event()
+    runs: list[str] = []
+
+    @app.task(max_retries=5)
+    async def long_job() -> None:
+        from taskrunner import current_task
+
+        runs.append(current_task().consumer)
+        await finish.wait()
+
+    runner_a = Runner(
+        queue.open_handle(),
+        app,
+        config(lease_seconds=9.0, heartbeat_interval_seconds=3.0, reclaim_interval_seconds=3.0),
+        clock=clock,
+    )
+    runner_b = Runner(
+        queue.open_handle(),
+        app,
+        config(lease_seconds=1.0, heartbeat_interval_seconds=0.25, reclaim_interval_seconds=0.5),
+        clock=clock,
+    )
+    async with running(runner_a):
+        await Producer(queue, app, clock=clock).dispatch(long_job)
+        await clock.run_until(lambda: len(runs) == 1, step=0.5, limit=5)
+        async with running(runner_b):
+            for _ in range(60):
+                await clock.advance(0.5)
+            finish.set()
+            await clock.run_until(lambda: not queue.in_flight(), step=0.5, limit=20)
+        assert runner_b.stats().reclaimed == 0
+
+    assert len(runs) == 1, f"ran {len(runs)} times: {runs}"
+    assert runner_a.stats().lease_lost == 0
+    assert await queue.len() == 0

@@ -188,9 +188,9 @@ async def test_delivered_too_often_is_given_up_without_running_again() -> None:
     # Two earlier deliveries never finished: their workers crashed.
     for consumer in ("dead-1", "dead-2"):
         await clock.advance(11)
-        got = await queue.reclaim(consumer, idle_seconds=10, max_messages=1) or await queue.receive(
-            consumer, max_messages=1, wait_seconds=0
-        )
+        got = await queue.reclaim(
+            consumer, lease_seconds=10, max_messages=1
+        ) or await queue.receive(consumer, max_messages=1, wait_seconds=0, lease_seconds=10)
         assert len(got) == 1
     await clock.advance(11)
     await run_burst(Runner(queue, app, config(), clock=clock), clock)
@@ -324,14 +324,17 @@ async def test_a_crashing_fetcher_restarts_with_backoff() -> None:
 
     class Glitchy(InMemoryQueue):
         async def receive(
-            self, consumer: str, *, max_messages: int, wait_seconds: float
+            self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
         ) -> list[Delivery]:
             nonlocal crashes
             if crashes < 3:
                 crashes += 1
                 raise KeyError("bug in a backend")
             return await super().receive(
-                consumer, max_messages=max_messages, wait_seconds=wait_seconds
+                consumer,
+                max_messages=max_messages,
+                wait_seconds=wait_seconds,
+                lease_seconds=lease_seconds,
             )
 
     @app.task
@@ -374,14 +377,17 @@ async def test_backend_outage_is_retried_and_nothing_is_lost() -> None:
 
     class Flaky(InMemoryQueue):
         async def receive(
-            self, consumer: str, *, max_messages: int, wait_seconds: float
+            self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
         ) -> list[Delivery]:
             if down:
                 from taskrunner import BackendUnavailableError
 
                 raise BackendUnavailableError("connection refused")
             return await super().receive(
-                consumer, max_messages=max_messages, wait_seconds=wait_seconds
+                consumer,
+                max_messages=max_messages,
+                wait_seconds=wait_seconds,
+                lease_seconds=lease_seconds,
             )
 
         async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:

@@ -131,10 +131,12 @@ class _SlowReceiveQueue(InMemoryQueue):
         return msgspec.structs.replace(super().capabilities, cancel_safe_receive=False)
 
     async def receive(
-        self, consumer: str, *, max_messages: int, wait_seconds: float
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
         await self.gate.wait()
-        return await super().receive(consumer, max_messages=max_messages, wait_seconds=0)
+        return await super().receive(
+            consumer, max_messages=max_messages, wait_seconds=0, lease_seconds=lease_seconds
+        )
 
 
 async def test_messages_received_after_stop_are_run_not_charged_a_delivery() -> None:

@@ -237,6 +237,7 @@ def test_batch_size_follows_free_capacity_as_the_pool_grows_and_shrinks() -> Non
         hand_over=lambda deliveries, reserved: None,
         batch_size=10,
         wait_seconds=1,
+        lease_seconds=30,
         clock=clock,
         stopping=asyncio.Event(),
         batch_cooldown_seconds=3,
@@ -445,8 +446,10 @@ async def test_monitor_forgets_idle_consumers_that_hold_no_message() -> None:
     clock = FakeClock()
     app, queue = make(clock)
     await queue.add([b"held"])
-    await queue.receive("crashed-holder", max_messages=1, wait_seconds=0)
-    assert await queue.receive("crashed-idle", max_messages=1, wait_seconds=0) == []
+    await queue.receive("crashed-holder", max_messages=1, wait_seconds=0, lease_seconds=60)
+    assert (
+        await queue.receive("crashed-idle", max_messages=1, wait_seconds=0, lease_seconds=60) == []
+    )
 
     runner = Runner(
         queue.open_handle(),

@@ -42,7 +42,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from taskrunner.queue import Capabilities, Delivery, Queue, QueueStats
+from taskrunner.queue import (
+    Capabilities,
+    ConsumerCleanup,
+    Delivery,
+    Queue,
+    QueueAdmin,
+    QueueStats,
+    WorkerRegistry,
+)
 
 __all__ = [
     "Event",
@@ -164,6 +172,21 @@ class RecordingQueue:
         """The wrapped queue's value."""
         return self.inner.capabilities
 
+    @property
+    def admin(self) -> QueueAdmin | None:
+        """None: admin operations would bypass the history, so none are offered."""
+        return None
+
+    @property
+    def worker_registry(self) -> WorkerRegistry | None:
+        """None: the history records queue operations only."""
+        return None
+
+    @property
+    def consumer_cleanup(self) -> ConsumerCleanup | None:
+        """None: the history records queue operations only."""
+        return None
+
     async def add(self, bodies: Sequence[bytes]) -> list[str]:
         """Forward and record."""
         start = self.history.clock()
@@ -176,13 +199,16 @@ class RecordingQueue:
         return ids
 
     async def receive(
-        self, consumer: str, *, max_messages: int, wait_seconds: float
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
         """Forward and record."""
         start = self.history.clock()
         try:
             got = await self.inner.receive(
-                consumer, max_messages=max_messages, wait_seconds=wait_seconds
+                consumer,
+                max_messages=max_messages,
+                wait_seconds=wait_seconds,
+                lease_seconds=lease_seconds,
             )
         except Exception as exc:
             self.history.record("receive", consumer, start, error=repr(exc))
@@ -191,13 +217,13 @@ class RecordingQueue:
         return got
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
         """Forward and record."""
         start = self.history.clock()
         try:
             got = await self.inner.reclaim(
-                consumer, idle_seconds=idle_seconds, max_messages=max_messages
+                consumer, lease_seconds=lease_seconds, max_messages=max_messages
             )
         except Exception as exc:
             self.history.record("reclaim", consumer, start, error=repr(exc))

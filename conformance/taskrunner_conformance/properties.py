@@ -1,7 +1,7 @@
 """The numbered properties the suite checks, and how contract sentences become test names.
 
 Property ids P1-P40 follow the conformance reference (``reference/conformance.md``
-section 5) so results can be compared with it; ids X1-X3 are guarantees of
+section 5) so results can be compared with it; ids X1-X8 are guarantees of
 `taskrunner.queue.Queue` that the reference does not number. Where the contract
 lacks the mechanism a reference property assumes, the property is adapted and its
 ``adapted`` note says how; the conformance report prints that note.
@@ -73,13 +73,16 @@ PROPERTIES: tuple[Property, ...] = (
         "P6", "enqueue_before_consumers", "messages added before any consumer are delivered", "core"
     ),
     Property(
-        "P7", "len_semantics", "len is ready + in-flight; dead letters are not counted", "core"
+        "P7",
+        "len_semantics",
+        "len is ready + delayed + in-flight; dead letters are not counted",
+        "core",
     ),
     Property(
         "P8",
         "delete_queue",
         "purge removes ready and in-flight messages; receipts report lost",
-        "capabilities.admin",
+        "queue.admin",
         "the contract has no delete; QueueAdmin.purge is tested",
     ),
     Property("P9", "ack_is_final", "an acked message is never delivered again", "core"),
@@ -276,7 +279,7 @@ PROPERTIES: tuple[Property, ...] = (
         "X2",
         "dead_letter_admin",
         "dead letters are listed, retried and purged exactly once",
-        "capabilities.admin",
+        "queue.admin",
     ),
     Property(
         "X3",
@@ -288,7 +291,31 @@ PROPERTIES: tuple[Property, ...] = (
         "X4",
         "worker_registry",
         "worker entries refresh in place, expire after their TTL, remove idempotently",
-        "capabilities.worker_registry",
+        "queue.worker_registry",
+    ),
+    Property(
+        "X5",
+        "lease_travels",
+        "each lease lasts what its holder was granted, whatever the reclaimer's lease",
+        "requires_heartbeat",
+    ),
+    Property(
+        "X6",
+        "receive_skips_lapsed",
+        "receive never hands out a lapsed lease; only reclaim does",
+        "requires_heartbeat",
+    ),
+    Property(
+        "X7",
+        "released_receipt_stale",
+        "a released receipt reports lost before and after redelivery",
+        "core",
+    ),
+    Property(
+        "X8",
+        "ids_never_reused",
+        "ids of acked, dead, purged and retried messages are never issued again",
+        "core",
     ),
 )
 

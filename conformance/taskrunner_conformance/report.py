@@ -96,6 +96,7 @@ class BackendInfo:
     lease_seconds: float | None = None
     time_mode: str = ""
     hooks: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ()
 
 
 _observed = BackendInfo()
@@ -108,6 +109,7 @@ def note_backend(
     lease_seconds: float,
     time_mode: str,
     hooks: Iterable[str],
+    parts: Iterable[str] = (),
 ) -> None:
     """Record what the backend under test claims (called by every scenario)."""
     _observed.capabilities = capabilities
@@ -115,6 +117,7 @@ def note_backend(
     _observed.lease_seconds = lease_seconds
     _observed.time_mode = time_mode
     _observed.hooks = tuple(hooks)
+    _observed.parts = tuple(parts)
 
 
 @dataclass(slots=True)
@@ -170,6 +173,7 @@ class ConformanceReport:
                 f"         not claimed: {', '.join(unclaimed) or '(none)'}",
                 f"queue    requires_heartbeat={info.requires_heartbeat}; "
                 f"lease {info.lease_seconds:g}s; time: {_time_text(info.time_mode)}",
+                f"parts    {', '.join(info.parts) or '(none)'}",
                 f"hooks    {', '.join(info.hooks) or '(none)'}",
             ]
         else:
@@ -210,6 +214,7 @@ class ConformanceReport:
             else {f: getattr(caps, f) for f in caps.__struct_fields__},
             "requires_heartbeat": self.backend.requires_heartbeat,
             "hooks": list(self.backend.hooks),
+            "parts": list(self.backend.parts),
             "errors": self.errors,
             "properties": {
                 r.definition.id: {

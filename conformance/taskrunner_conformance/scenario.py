@@ -18,17 +18,24 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 import pytest
 
-from taskrunner.queue import Capabilities, Delivery, Queue, QueueAdmin
+from taskrunner.queue import (
+    Capabilities,
+    ConsumerCleanup,
+    Delivery,
+    Queue,
+    QueueAdmin,
+    WorkerRegistry,
+)
 
 from .harness import HOOKS, AgesLeases, Harness, QueueFactoryHarness
 from .report import note_backend
 from .settings import time_scale
 
-__all__ = ["ConformanceBase", "Scenario", "as_admin", "conformance", "new_namespace"]
+__all__ = ["ConformanceBase", "Scenario", "conformance", "new_namespace", "optional_parts"]
 
 # Real seconds granted, times the time scale, for something that should happen at once
 # (a woken receive returning, a reconnect). Generous: it is only ever spent on failure.
@@ -103,6 +110,7 @@ class Scenario:
             lease_seconds=self.lease,
             time_mode=self.time_mode,
             hooks=[name for name, hook in HOOKS.items() if isinstance(self.harness, hook)],
+            parts=optional_parts(self.queue),
         )
 
     async def open(self, namespace: str | None = None) -> Queue:
@@ -149,6 +157,27 @@ class Scenario:
         value = getattr(self.capabilities, name)
         if value is False or value == "none" or value is None:
             pytest.skip(f"backend does not claim capabilities.{name}")
+
+    def require_admin(self, queue: Queue | None = None) -> QueueAdmin:
+        """`queue.admin` (of the first handle by default); skip when the backend has none."""
+        admin = (queue or self.queue).admin
+        if admin is None:
+            pytest.skip("queue.admin is None: the backend offers no QueueAdmin")
+        return admin
+
+    def require_registry(self, queue: Queue | None = None) -> WorkerRegistry:
+        """`queue.worker_registry`; skip when the backend keeps none."""
+        registry = (queue or self.queue).worker_registry
+        if registry is None:
+            pytest.skip("queue.worker_registry is None: the backend keeps no worker registry")
+        return registry
+
+    def require_cleanup(self, queue: Queue | None = None) -> ConsumerCleanup:
+        """`queue.consumer_cleanup`; skip when the backend offers none."""
+        cleanup = (queue or self.queue).consumer_cleanup
+        if cleanup is None:
+            pytest.skip("queue.consumer_cleanup is None: the backend offers no clean-up")
+        return cleanup
 
     def require_hook(self, hook: type, name: str) -> None:
         """Skip unless the harness implements the hook protocol `hook` (named `name`)."""
@@ -244,18 +273,27 @@ class Scenario:
         return ids
 
     async def receive_n(
-        self, queue: Queue, consumer: str, count: int, *, batch: int | None = None
+        self,
+        queue: Queue,
+        consumer: str,
+        count: int,
+        *,
+        batch: int | None = None,
+        lease: float | None = None,
     ) -> list[Delivery]:
         """Receive until exactly `count` deliveries arrived (without waiting in receive).
 
-        Fails if more arrive or if they do not arrive within the grace period.
+        Each is leased for `lease` (default: the harness's lease). Fails if more arrive
+        or if they do not arrive within the grace period.
         """
         got: list[Delivery] = []
         idle_calls_left = IDLE_POLLS
         deadline = time.monotonic() + self.grace
         while len(got) < count:
             want = batch or count - len(got)
-            more = await queue.receive(consumer, max_messages=want, wait_seconds=0)
+            more = await queue.receive(
+                consumer, max_messages=want, wait_seconds=0, lease_seconds=lease or self.lease
+            )
             assert len(more) <= want, f"receive(max_messages={want}) returned {len(more)}"
             got.extend(more)
             if not more:
@@ -268,12 +306,19 @@ class Scenario:
         return got
 
     async def reclaim_ids(
-        self, queue: Queue, consumer: str, wanted: set[str], *, max_messages: int = 10
+        self,
+        queue: Queue,
+        consumer: str,
+        wanted: set[str],
+        *,
+        max_messages: int = 10,
+        lease: float | None = None,
     ) -> list[Delivery]:
         """Reclaim until every id in `wanted` came back; return everything reclaimed.
 
-        Calls are bounded by the number of in-flight messages (reclaim makes progress
-        through all of them) plus the grace period.
+        The reclaimer's own lease is `lease` (default: the harness's lease). Calls are
+        bounded by the number of in-flight messages (reclaim makes progress through all
+        of them) plus the grace period.
         """
         got: list[Delivery] = []
         seen: set[str] = set()
@@ -284,7 +329,9 @@ class Scenario:
             assert not self.gave_up(calls_left, deadline), (
                 f"reclaim never returned lapsed message(s) {sorted(wanted - seen)}"
             )
-            more = await queue.reclaim(consumer, idle_seconds=self.lease, max_messages=max_messages)
+            more = await queue.reclaim(
+                consumer, lease_seconds=lease or self.lease, max_messages=max_messages
+            )
             assert len(more) <= max_messages, (
                 f"reclaim(max_messages={max_messages}) returned {len(more)}"
             )
@@ -310,9 +357,11 @@ class Scenario:
         for _ in range(MAX_POLLS):
             if wanted <= seen:
                 return got
-            more = await queue.receive(consumer, max_messages=max_messages, wait_seconds=0)
+            more = await queue.receive(
+                consumer, max_messages=max_messages, wait_seconds=0, lease_seconds=self.lease
+            )
             more += await queue.reclaim(
-                consumer, idle_seconds=self.lease, max_messages=max_messages
+                consumer, lease_seconds=self.lease, max_messages=max_messages
             )
             got.extend(more)
             seen.update(d.message_id for d in more)
@@ -338,8 +387,10 @@ class Scenario:
 
     async def nothing_for(self, queue: Queue, consumer: str, ids: set[str]) -> None:
         """Check neither receive nor reclaim hands any of `ids` to `consumer` now."""
-        received = await queue.receive(consumer, max_messages=100, wait_seconds=0)
-        reclaimed = await queue.reclaim(consumer, idle_seconds=self.lease, max_messages=100)
+        received = await queue.receive(
+            consumer, max_messages=100, wait_seconds=0, lease_seconds=self.lease
+        )
+        reclaimed = await queue.reclaim(consumer, lease_seconds=self.lease, max_messages=100)
         leaked = {d.message_id for d in received + reclaimed} & ids
         assert not leaked, f"message(s) {sorted(leaked)} were handed to {consumer}"
         # Whatever else came back is not ours to keep; give it back untouched.
@@ -348,15 +399,17 @@ class Scenario:
             await queue.release(others)
 
 
-def as_admin(queue: Queue) -> QueueAdmin:
-    """`queue` as a `QueueAdmin`, failing clearly when it claims admin but lacks the methods."""
-    missing = [
+def optional_parts(queue: Queue) -> list[str]:
+    """The names of the optional protocols `queue` offers through its typed accessors."""
+    return [
         name
-        for name in ("list_dead_letters", "retry_dead_letters", "purge_dead_letters", "purge")
-        if not callable(getattr(queue, name, None))
+        for name, part in (
+            ("admin", queue.admin),
+            ("worker_registry", queue.worker_registry),
+            ("consumer_cleanup", queue.consumer_cleanup),
+        )
+        if part is not None
     ]
-    assert not missing, f"capabilities.admin is claimed but the queue lacks {missing}"
-    return cast(QueueAdmin, queue)
 
 
 def new_namespace() -> str:

@@ -39,7 +39,7 @@ from taskrunner.queue import Delivery, Queue
 
 from .harness import AgesLeases, Harness, HarnessFactory
 from .model import ReferenceModel
-from .scenario import GRACE_SECONDS, as_admin, new_namespace
+from .scenario import GRACE_SECONDS, new_namespace
 from .settings import scaled_count, shrink, time_scale
 
 __all__ = ["QueueMachine", "machine_settings", "machine_time_mode"]
@@ -103,7 +103,7 @@ class QueueMachine(RuleBasedStateMachine):
         override = getattr(self.harness, "capabilities", None)
         capabilities = override if override is not None else first.capabilities
         self.lease = float(self.harness.lease_seconds)
-        self.admin = capabilities.admin
+        self.admin = first.admin is not None
         self.model = ReferenceModel(
             lease=self.lease,
             precision=capabilities.lease_precision_seconds,
@@ -219,7 +219,9 @@ class QueueMachine(RuleBasedStateMachine):
         """Receive without waiting."""
         consumer = self.consumers[who]
         got = self._run(
-            self._handle(consumer).receive(consumer, max_messages=max_messages, wait_seconds=0)
+            self._handle(consumer).receive(
+                consumer, max_messages=max_messages, wait_seconds=0, lease_seconds=self.lease
+            )
         )
         self.model.received(consumer, max_messages, got)
         self._note(got)
@@ -230,7 +232,7 @@ class QueueMachine(RuleBasedStateMachine):
         consumer = self.consumers[who]
         got = self._run(
             self._handle(consumer).reclaim(
-                consumer, idle_seconds=self.lease, max_messages=max_messages
+                consumer, lease_seconds=self.lease, max_messages=max_messages
             )
         )
         self.model.reclaimed(consumer, max_messages, got)
@@ -280,7 +282,9 @@ class QueueMachine(RuleBasedStateMachine):
         lost = self._run(self._handle(sent[0].receipt.consumer).dead_letter(sent, reason=reason))
         self.model.dead_lettered(sent, lost, reason)
         if self.admin:
-            letters = self._run(as_admin(self.handles[1]).list_dead_letters(limit=100_000))
+            admin = self.handles[1].admin
+            assert admin is not None, "the second handle offers no admin, the first one does"
+            letters = self._run(admin.list_dead_letters(limit=100_000))
             seen = [(d.original_id, d.body, d.reason, d.delivery_count) for d in letters]
             assert seen == self.model.dead_letters, (
                 f"dead letters {seen} differ from the model's {self.model.dead_letters}"
@@ -372,9 +376,11 @@ class QueueMachine(RuleBasedStateMachine):
             assert calls > 0 or (self.mode == "age" and time.monotonic() < deadline), (
                 f"drain: receive and reclaim stopped returning messages; still live: {left}"
             )
-            got = self._run(handle.receive(consumer, max_messages=4, wait_seconds=0))
+            got = self._run(
+                handle.receive(consumer, max_messages=4, wait_seconds=0, lease_seconds=self.lease)
+            )
             self.model.received(consumer, 4, got)
-            more = self._run(handle.reclaim(consumer, idle_seconds=self.lease, max_messages=4))
+            more = self._run(handle.reclaim(consumer, lease_seconds=self.lease, max_messages=4))
             self.model.reclaimed(consumer, 4, more)
             taken = got + more
             self._note(taken)
@@ -390,14 +396,15 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def length_and_dead_count_match(self) -> None:
-        """`len` is ready + in flight; stats agree; dead letters are counted apart."""
+        """`len` is ready + delayed + in flight; stats agree; dead letters are counted apart."""
         length = self._run(self.handles[0].len())
         assert length == self.model.length(), (
             f"len() is {length}, the model says {self.model.length()}"
         )
         stats = self._run(self.handles[1].stats())
-        assert stats.ready + stats.in_flight == length, (
-            f"stats ready {stats.ready} + in_flight {stats.in_flight} != len {length}"
+        assert stats.ready + stats.delayed + stats.in_flight == length, (
+            f"stats ready {stats.ready} + delayed {stats.delayed} + in_flight "
+            f"{stats.in_flight} != len {length}"
         )
         assert stats.dead == self.model.dead, (
             f"stats.dead is {stats.dead}, the model says {self.model.dead}"

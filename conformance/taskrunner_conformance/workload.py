@@ -135,9 +135,11 @@ async def run_workload(
         room = CAPACITY - len(c.held)
         got: list[Delivery] = []
         if room > 0:
-            got += await c.queue.receive(c.name, max_messages=room, wait_seconds=0)
+            got += await c.queue.receive(
+                c.name, max_messages=room, wait_seconds=0, lease_seconds=s.lease
+            )
         if rng.random() < 0.3:
-            got += await c.queue.reclaim(c.name, idle_seconds=s.lease, max_messages=2)
+            got += await c.queue.reclaim(c.name, lease_seconds=s.lease, max_messages=2)
         for delivery in got:
             c.held[delivery.message_id] = _Held(delivery, work_left=rng.randint(0, 2))
 
@@ -179,9 +181,9 @@ async def _drain(
         left = await queue.len()
         if left == 0:
             return
-        got = await queue.receive(name, max_messages=50, wait_seconds=0)
+        got = await queue.receive(name, max_messages=50, wait_seconds=0, lease_seconds=s.lease)
         if s.requires_heartbeat:
-            got += await queue.reclaim(name, idle_seconds=s.lease, max_messages=50)
+            got += await queue.reclaim(name, lease_seconds=s.lease, max_messages=50)
         if got:
             await queue.ack(got)
             continue

@@ -2,7 +2,9 @@
 
 One table holds every message of every queue in the file; a message is ``ready`` (with
 the time it becomes available, for release delays) or ``in_flight`` (with its owner, its
-delivery count and the time of its last delivery or heartbeat). Every operation that
+delivery count, the time of its last delivery or heartbeat and the lease it was granted:
+the lease travels with the message, so reclaimers with other lease settings judge it by
+its holder's lease). Every operation that
 checks and then changes a lease runs inside ``BEGIN IMMEDIATE``, which takes SQLite's
 write lock first, so two handles (or processes) can never both claim one message, and
 an ack with a stale receipt cannot slip in between the check and the delete.
@@ -18,13 +20,22 @@ What it does not do, and therefore does not claim: a blocking receive (it polls 
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.errors import BackendUnavailableError, QueueClosedError
-from taskrunner.queue import Capabilities, Delivery, QueueStats, Receipt
+from taskrunner.queue import (
+    Capabilities,
+    ConsumerCleanup,
+    Delivery,
+    QueueAdmin,
+    QueueStats,
+    Receipt,
+    WorkerRegistry,
+)
 
 __all__ = ["POLL_SECONDS", "SqliteQueue"]
 
@@ -40,7 +51,8 @@ CREATE TABLE IF NOT EXISTS messages (
     owner TEXT NOT NULL DEFAULT '',
     delivery_count INTEGER NOT NULL DEFAULT 0,
     available_at REAL NOT NULL,
-    touched_at REAL NOT NULL DEFAULT 0
+    touched_at REAL NOT NULL DEFAULT 0,
+    lease_seconds REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_by_state ON messages (queue, state, id);
 CREATE TABLE IF NOT EXISTS dead_letters (
@@ -94,6 +106,21 @@ class SqliteQueue:
         """FIFO, persistent, shared by every handle on the file."""
         return _CAPABILITIES
 
+    @property
+    def admin(self) -> QueueAdmin | None:
+        """No dead-letter administration in this example."""
+        return None
+
+    @property
+    def worker_registry(self) -> WorkerRegistry | None:
+        """No worker registry in this example."""
+        return None
+
+    @property
+    def consumer_cleanup(self) -> ConsumerCleanup | None:
+        """Nothing to clean up: consumers are not recorded apart from their messages."""
+        return None
+
     async def add(self, bodies: Sequence[bytes]) -> list[str]:
         for body in bodies:
             if not isinstance(body, bytes):
@@ -111,16 +138,16 @@ class SqliteQueue:
             ]
 
     async def receive(
-        self, consumer: str, *, max_messages: int, wait_seconds: float
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
-        if wait_seconds < 0:
-            raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds}")
+        _check_count(max_messages)
+        _check_seconds("wait_seconds", wait_seconds)
+        _check_seconds("lease_seconds", lease_seconds, positive=True)
         deadline = self._clock.monotonic() + wait_seconds
         while True:
             got = self._lease(
                 consumer,
+                lease_seconds,
                 "state = 'ready' AND available_at <= ?",
                 (self._now(),),
                 max_messages,
@@ -140,22 +167,23 @@ class SqliteQueue:
     async def release(
         self, deliveries: Sequence[Delivery], *, delay_seconds: float = 0.0
     ) -> list[Delivery]:
-        if delay_seconds < 0:
-            raise ValueError(f"delay_seconds must be >= 0, got {delay_seconds}")
+        _check_seconds("delay_seconds", delay_seconds)
         sql = "UPDATE messages SET state = 'ready', owner = '', available_at = ? WHERE id = ?"
         return self._fenced(deliveries, sql, (self._now() + delay_seconds,))
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
-        if idle_seconds <= 0:
-            raise ValueError(f"idle_seconds must be > 0, got {idle_seconds}")
-        if max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {max_messages}")
-        # Lapsed leases are selected directly, so live ones never hide them.
-        cutoff = self._now() - idle_seconds
+        _check_seconds("lease_seconds", lease_seconds, positive=True)
+        _check_count(max_messages)
+        # Lapsed leases are selected directly, so live ones never hide them; each is
+        # judged by the lease its holder was granted.
         return self._lease(
-            consumer, "state = 'in_flight' AND touched_at < ?", (cutoff,), max_messages
+            consumer,
+            lease_seconds,
+            "state = 'in_flight' AND touched_at + lease_seconds < ?",
+            (self._now(),),
+            max_messages,
         )
 
     async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
@@ -176,18 +204,23 @@ class SqliteQueue:
         return lost
 
     async def stats(self) -> QueueStats:
+        now = self._now()
         with self._transaction() as db:
             counts = dict(
                 db.execute(
-                    "SELECT state, count(*) FROM messages WHERE queue = ? GROUP BY state",
-                    (self._name,),
+                    "SELECT CASE WHEN state = 'ready' AND available_at > ? THEN 'delayed'"
+                    " ELSE state END AS s, count(*) FROM messages WHERE queue = ? GROUP BY s",
+                    (now, self._name),
                 ).fetchall()
             )
             (dead,) = db.execute(
                 "SELECT count(*) FROM dead_letters WHERE queue = ?", (self._name,)
             ).fetchone()
         return QueueStats(
-            ready=counts.get("ready", 0), in_flight=counts.get("in_flight", 0), dead=dead
+            ready=counts.get("ready", 0),
+            delayed=counts.get("delayed", 0),
+            in_flight=counts.get("in_flight", 0),
+            dead=dead,
         )
 
     async def len(self) -> int:
@@ -213,7 +246,12 @@ class SqliteQueue:
         return _Transaction(self._db)
 
     def _lease(
-        self, consumer: str, where: str, params: tuple[float, ...], limit: int
+        self,
+        consumer: str,
+        lease_seconds: float,
+        where: str,
+        params: tuple[float, ...],
+        limit: int,
     ) -> list[Delivery]:
         now = self._now()
         with self._transaction() as db:
@@ -225,8 +263,8 @@ class SqliteQueue:
             for message_id, _, count in rows:
                 db.execute(
                     "UPDATE messages SET state = 'in_flight', owner = ?, delivery_count = ?,"
-                    " touched_at = ? WHERE id = ?",
-                    (consumer, count + 1, now, message_id),
+                    " touched_at = ?, lease_seconds = ? WHERE id = ?",
+                    (consumer, count + 1, now, lease_seconds, message_id),
                 )
         return [
             Delivery(
@@ -270,6 +308,21 @@ class SqliteQueue:
                 else:
                     db.execute(sql, (*params, int(delivery.message_id)))
         return lost
+
+
+def _check_count(max_messages: int) -> None:
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+        raise TypeError(f"max_messages must be an int, not {type(max_messages).__name__}")
+    if max_messages < 1:
+        raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+
+
+def _check_seconds(name: str, value: float, *, positive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
 
 
 class _Transaction:

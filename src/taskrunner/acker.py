@@ -6,16 +6,24 @@ naturally (acks pile up while the previous call is in flight) without adding lat
 when idle. While the backend is unreachable the loop keeps retrying with backoff; the
 deliveries stay in the lease table meanwhile, so the lease keeper keeps their leases
 alive, and the fenced ack reports any lease lost in between.
+
+A failed send may still have been applied (the connection broke after the backend
+acted, before the reply arrived). The retry of such an ack then finds the lease gone;
+it is reported `Verdict.UNCERTAIN`, not lost: most likely it was this ack that
+completed the message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from taskrunner.clock import Clock
-from taskrunner.errors import BackendError, QueueClosedError
+from taskrunner.errors import BackendError, BackendUnavailableError, QueueClosedError
+from taskrunner.leases import Verdict
 from taskrunner.queue import Delivery, Queue
+from taskrunner.reconnect import ReconnectGate
 from taskrunner.retry import Backoff
 
 __all__ = ["Acker"]
@@ -26,29 +34,42 @@ _log = logging.getLogger("taskrunner.acker")
 MAX_ACK_BATCH = 1000
 
 
+@dataclass(slots=True)
+class _Ack:
+    delivery: Delivery
+    future: asyncio.Future[Verdict]
+    # An earlier send failed, and the backend may have applied it.
+    resent: bool = False
+
+
 class Acker:
     """Batches acks to `queue`.
 
     Args:
         queue: The backend.
         clock: Paces retries while the backend is unreachable.
+        gate: Told when the backend is unreachable (acks themselves are never held).
     """
 
-    def __init__(self, queue: Queue, *, clock: Clock) -> None:
+    def __init__(self, queue: Queue, *, clock: Clock, gate: ReconnectGate | None = None) -> None:
         self._queue = queue
+        self._gate = gate
         self._clock = clock
-        self._pending: list[tuple[Delivery, asyncio.Future[bool]]] = []
+        self._pending: list[_Ack] = []
         self._wake = asyncio.Event()
         self._closing = asyncio.Event()
 
-    async def ack(self, delivery: Delivery) -> bool:
-        """Ack `delivery`; True when completed, False when its lease was lost.
+    async def ack(self, delivery: Delivery) -> Verdict:
+        """Ack `delivery` and return the backend's verdict.
+
+        DONE when completed, LOST when its lease was lost, UNCERTAIN when only a resend
+        after a failed send found the lease gone.
 
         Raises:
             QueueClosedError: The queue was closed before the ack could be sent.
         """
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((delivery, future))
+        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Ack(delivery, future))
         self._wake.set()
         return await future
 
@@ -69,12 +90,16 @@ class Acker:
                 batch = self._pending[:MAX_ACK_BATCH]
                 del self._pending[:MAX_ACK_BATCH]
                 try:
-                    lost = await self._queue.ack([delivery for delivery, _ in batch])
+                    lost = await self._queue.ack([item.delivery for item in batch])
                 except QueueClosedError as exc:
                     _fail(batch, exc)
                     continue
                 except BackendError as exc:
-                    self._pending[:0] = [item for item in batch if not item[1].done()]
+                    if self._gate is not None and isinstance(exc, BackendUnavailableError):
+                        self._gate.failure()
+                    for item in batch:
+                        item.resent = True
+                    self._pending[:0] = [item for item in batch if not item.future.done()]
                     delay = backoff.next_delay()
                     _log.warning("ack failed, retrying in %.2fs: %s", delay, exc)
                     await self._clock.sleep(delay)
@@ -90,15 +115,22 @@ class Acker:
                     raise
                 backoff.reset()
                 lost_set = set(lost)
-                for delivery, future in batch:
-                    if not future.done():
-                        future.set_result(delivery not in lost_set)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_result(_verdict(item, lost_set))
             if self._closing.is_set():
                 return
 
 
-def _fail(batch: list[tuple[Delivery, asyncio.Future[bool]]], exc: BaseException) -> None:
-    for _, future in batch:
+def _verdict(item: _Ack, lost: set[Delivery]) -> Verdict:
+    if item.delivery not in lost:
+        return Verdict.DONE
+    return Verdict.UNCERTAIN if item.resent else Verdict.LOST
+
+
+def _fail(batch: list[_Ack], exc: BaseException) -> None:
+    for item in batch:
+        future = item.future
         if not future.done():
             if isinstance(exc, asyncio.CancelledError):
                 future.cancel()

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TextIO, cast
+from typing import Any, NoReturn, TextIO
 
 import msgspec
 
@@ -64,7 +64,7 @@ from taskrunner.errors import (
 )
 from taskrunner.logs import configure_logging, mask_secrets, mask_url
 from taskrunner.producer import Producer
-from taskrunner.queue import DeadLetter, Queue, QueueAdmin, WorkerInfo, WorkerRegistry
+from taskrunner.queue import DeadLetter, Queue, QueueAdmin, WorkerInfo
 from taskrunner.runner import Runner
 from taskrunner.settings import KEYS, Settings, flag_name, load_settings
 from taskrunner.tuning import predicted_wait
@@ -768,6 +768,7 @@ class _QueueReport(msgspec.Struct, kw_only=True):
     queue: str
     url: str
     ready: int
+    delayed: int
     in_flight: int
     dead: int
     oldest_ready_age_seconds: float | None
@@ -787,8 +788,9 @@ def _average_seconds(workers: list[WorkerInfo]) -> float | None:
 async def _report(queue: Queue, name: str, url: str) -> _QueueReport:
     stats = await queue.stats()
     workers: list[WorkerInfo] | None = None
-    if queue.capabilities.worker_registry:
-        workers = await cast(WorkerRegistry, queue).live_workers()
+    registry = queue.worker_registry
+    if registry is not None:
+        workers = await registry.live_workers()
     summary = None
     wait = None
     if workers is not None:
@@ -803,6 +805,7 @@ async def _report(queue: Queue, name: str, url: str) -> _QueueReport:
         queue=name,
         url=mask_url(url),
         ready=stats.ready,
+        delayed=stats.delayed,
         in_flight=stats.in_flight,
         dead=stats.dead,
         oldest_ready_age_seconds=stats.oldest_ready_age_seconds,
@@ -845,6 +848,7 @@ def _print_report(report: _QueueReport, out: _Output) -> None:
         )
     rows = [
         ("ready", f"{report.ready}  (oldest waiting {_seconds(report.oldest_ready_age_seconds)})"),
+        ("delayed", str(report.delayed)),
         (
             "in flight",
             f"{report.in_flight}  (longest idle {_seconds(report.oldest_in_flight_age_seconds)})",
@@ -882,13 +886,13 @@ async def _dead_letters(args: argparse.Namespace, settings: Settings, out: _Outp
         if not args.all and not args.ids:
             raise _UsageError(f"dead-letters {action}: give the IDs to {action}, or --all")
     async with open_queue(settings.url, queue_name) as queue:
-        if not queue.capabilities.admin:
+        admin = queue.admin
+        if admin is None:
             raise ConfigurationError(
                 f"the backend at {mask_url(settings.url)} does not support dead-letter "
-                "administration (its capabilities do not include admin)",
+                "administration (its queue offers no admin interface)",
                 setting="url",
             )
-        admin = cast(QueueAdmin, queue)
         if action == "list":
             return await _list_dead(admin, queue_name, args.limit, out)
         if action == "show":

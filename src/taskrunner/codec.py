@@ -4,6 +4,12 @@ Internal module. Decoders and encoders are built once and reused. Every failure 
 `taskrunner.errors.MessageError` that names the problem; a body that is not an
 envelope raises `DecodeError` carrying the raw bytes, so the dead letter keeps the
 evidence.
+
+"Every failure" means any exception, not only msgspec's decode errors: msgspec raises
+`RecursionError` on deeply nested input (a 2 KB body suffices), and a payload type's
+``__post_init__`` may raise anything. A message that cannot be read must be
+dead-lettered by the worker, never crash it: a crashed worker leaves the message to
+come back after every lease, forever.
 """
 
 from __future__ import annotations
@@ -50,8 +56,8 @@ def decode_envelope(body: bytes) -> Envelope:
     """
     try:
         return _ENVELOPE_DECODER.decode(body)
-    except msgspec.DecodeError as exc:
-        raise DecodeError(f"malformed message: {exc}", body=body) from exc
+    except Exception as exc:
+        raise DecodeError(f"malformed message: {_problem(exc)}", body=body) from exc
 
 
 class PayloadCodec:
@@ -99,11 +105,21 @@ class PayloadCodec:
         """
         try:
             return self._decoder.decode(raw)
-        except msgspec.DecodeError as exc:
+        except Exception as exc:
             raise PayloadValidationError(
-                f"task {self._task!r}: payload does not match {_type_name(self._type)}: {exc}",
+                f"task {self._task!r}: payload does not match {_type_name(self._type)}: "
+                f"{_problem(exc)}",
                 task=self._task,
             ) from exc
+
+
+def _problem(exc: Exception) -> str:
+    if isinstance(exc, msgspec.DecodeError):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return f"JSON nested too deeply to decode ({exc})"
+    # Raised by user code (a payload type's __post_init__): name the exception type.
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _type_name(payload_type: Any) -> str:

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TextIO, cast
+from typing import TextIO
 
 import msgspec
 
@@ -31,7 +31,7 @@ from taskrunner.context import current_task
 from taskrunner.errors import BackendError
 from taskrunner.logs import mask_url
 from taskrunner.producer import Producer
-from taskrunner.queue import Queue, QueueAdmin
+from taskrunner.queue import Queue
 from taskrunner.runner import Runner
 from taskrunner.stats import RunnerStats
 
@@ -156,9 +156,9 @@ async def run_demo(
 
 async def _clean_up(queue: Queue) -> None:
     """Leave nothing of this run behind on a shared backend (dead letters included)."""
-    if not queue.capabilities.admin:
+    admin = queue.admin
+    if admin is None:
         return
-    admin = cast(QueueAdmin, queue)
     # The demo's own result matters more; an unreachable server keeps its keys.
     with contextlib.suppress(BackendError):
         await admin.purge()

@@ -2,14 +2,23 @@
 
 Internal module. The decisions, in order:
 
-1. A body larger than the size limit, a malformed envelope, an unknown task name or a
-   payload of the wrong type is a *terminal failure* at once: retrying cannot help.
-2. A delivery count above the task's allowed attempts (max_retries + 1) means earlier
+1. A body larger than the size limit is a *terminal failure* at once.
+2. A delivery count above the *runner-wide cap* is a terminal failure without even
+   decoding the body. The cap is the most attempts any task of the app allows: the
+   largest ``max_retries`` of any registered task or the runner's ``max_retries``,
+   whichever is larger, plus one. Earlier deliveries never finished, and the body
+   itself may be what killed their workers (a crash in decoding that no exception
+   handler sees), so it is not decoded again.
+3. A malformed envelope, an unknown task name or a payload of the wrong type is a
+   terminal failure at once: retrying cannot help. Any exception raised while
+   decoding or validating counts (the codec turns each into a `MessageError`), so a
+   hostile body never crashes the worker.
+4. A delivery count above the task's allowed attempts (max_retries + 1) means earlier
    attempts never finished (a worker crashed or lost its lease): terminal failure
    without running the task again.
-3. Otherwise the task runs (``async def`` on the loop, plain ``def`` in a worker thread),
+5. Otherwise the task runs (``async def`` on the loop, plain ``def`` in a worker thread),
    under its timeout if it has one.
-4. Success: ack (through the coalescing acker). Failure with attempts left: release with
+6. Success: ack (through the coalescing acker). Failure with attempts left: release with
    exponential backoff and jitter. Failure on the last attempt: terminal failure.
 
 A terminal failure calls the failed-task handler once, or dead-letters with the reason.
@@ -23,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -39,10 +48,10 @@ from taskrunner.errors import (
     TaskTimeoutError,
 )
 from taskrunner.failure import TaskFailure
-from taskrunner.leases import Lease
+from taskrunner.leases import Lease, Verdict
 from taskrunner.logs import log_delivery
 from taskrunner.messages import Envelope
-from taskrunner.queue import Queue
+from taskrunner.queue import Delivery, Queue
 from taskrunner.retry import retry_delay
 from taskrunner.stats import StatsRecorder
 
@@ -96,6 +105,16 @@ class Executor:
                 f"{self._app.max_message_bytes}",
             )
             return
+        most_attempts = self._over_runner_wide_cap(delivery.delivery_count)
+        if most_attempts is not None:
+            await self._give_up(
+                lease,
+                f"delivered {delivery.delivery_count} times, more than any task of this app "
+                f"allows ({most_attempts} attempt(s): the largest max_retries + 1); earlier "
+                "deliveries did not finish, so it is not decoded again: a worker probably "
+                "crashed or lost its lease while reading or running it",
+            )
+            return
         envelope: Envelope | None = None
         try:
             envelope = decode_envelope(delivery.body)
@@ -144,6 +163,17 @@ class Executor:
             self._stats.attempt_finished(task.name, self._clock.monotonic() - started, ok=True)
             await self._complete(lease, task.name)
 
+    def _over_runner_wide_cap(self, delivery_count: int) -> int | None:
+        """The runner-wide cap on attempts when `delivery_count` exceeds it, else None."""
+        most = self._config.max_retries
+        if delivery_count <= most + 1:
+            return None  # the common case, without looking at every task
+        # Read now, not at start: tasks may be registered after the runner was built.
+        for task in self._app.tasks.values():
+            if task.max_retries is not None and task.max_retries > most:
+                most = task.max_retries
+        return most + 1 if delivery_count > most + 1 else None
+
     async def _run(self, lease: Lease, task: Task[Any], payload: Any, context: TaskContext) -> None:
         args = (payload,) if task.takes_payload else ()
         timeout = task.timeout_seconds or self._config.timeout_seconds
@@ -183,18 +213,17 @@ class Executor:
             _CURRENT.reset(token)
 
     async def _complete(self, lease: Lease, task_name: str) -> None:
-        delivery = lease.delivery
         if lease.lost:
             log_delivery(
                 _log,
                 logging.WARNING,
                 "finished after its lease was lost; not acked",
-                delivery=delivery,
+                delivery=lease.delivery,
                 task=task_name,
             )
             return
         try:
-            completed = await self._acker.ack(delivery)
+            verdict = await self._settle(lease, self._acker.ack)
         except Exception as exc:
             # Closed queue, or a bug in the backend: the message comes back after its lease.
             log_delivery(
@@ -202,12 +231,23 @@ class Executor:
                 logging.ERROR,
                 "could not ack (%r); it will be redelivered when its lease lapses",
                 exc,
-                delivery=delivery,
+                delivery=lease.delivery,
                 task=task_name,
             )
             return
-        if not completed:
+        if verdict is Verdict.LOST:
             self._lease_lost_on_reply(lease, "ack", task_name)
+        elif verdict is Verdict.UNCERTAIN:
+            self._stats.ack_uncertain += 1
+            log_delivery(
+                _log,
+                logging.WARNING,
+                "ack uncertain: its first send failed, and the resend found the lease gone; "
+                "most likely the first send completed the message (else its lease had "
+                "lapsed and another worker has it)",
+                delivery=lease.delivery,
+                task=task_name,
+            )
 
     async def _failed(
         self,
@@ -217,18 +257,19 @@ class Executor:
         error: BaseException,
         attempts: int,
     ) -> None:
-        delivery = lease.delivery
         if lease.lost:
             log_delivery(
                 _log,
                 logging.WARNING,
                 "failed after its lease was lost; left to the new owner",
-                delivery=delivery,
+                delivery=lease.delivery,
                 task=task.name,
                 exc_info=error,
             )
             return
         description = _describe(error)
+        # The current delivery: an adopted one counts, as the backend counts it.
+        delivery = lease.delivery
         if delivery.delivery_count >= attempts:
             await self._give_up(
                 lease,
@@ -242,8 +283,12 @@ class Executor:
             base_seconds=self._config.retry_base_seconds,
             max_seconds=self._config.retry_max_seconds,
         )
+
+        async def release(delivery: Delivery) -> Verdict:
+            return _verdict(await self._queue.release([delivery], delay_seconds=delay))
+
         try:
-            lost = await self._queue.release([delivery], delay_seconds=delay)
+            verdict = await self._settle(lease, release)
         except Exception as exc:  # unreachable backend, or a bug in it
             log_delivery(
                 _log,
@@ -256,7 +301,7 @@ class Executor:
                 task=task.name,
             )
             return
-        if lost:
+        if verdict is not Verdict.DONE:
             self._lease_lost_on_reply(lease, "release", task.name)
             return
         self._stats.retried(task.name)
@@ -280,13 +325,16 @@ class Executor:
         envelope: Envelope | None = None,
         error: BaseException | None = None,
     ) -> None:
-        delivery = lease.delivery
         task_name = None if envelope is None else envelope.task
         if lease.lost:
             return
+        # A hostile body can make a reason huge (an unknown task name of a megabyte).
+        reason = _shorten(reason)
         handler = self._config.failed_task_handler
         if handler is not None:
-            failure = TaskFailure(delivery=delivery, reason=reason, envelope=envelope, error=error)
+            failure = TaskFailure(
+                delivery=lease.delivery, reason=reason, envelope=envelope, error=error
+            )
             try:
                 await call_callback(handler, failure)
             except Exception as exc:
@@ -295,7 +343,7 @@ class Executor:
                     _log,
                     logging.ERROR,
                     "failed-task handler raised; dead-lettering instead",
-                    delivery=delivery,
+                    delivery=lease.delivery,
                     task=task_name,
                     exc_info=exc,
                 )
@@ -303,8 +351,12 @@ class Executor:
                 self._stats.handled += 1
                 await self._complete(lease, task_name or "-")
                 return
+
+        async def dead_letter(delivery: Delivery) -> Verdict:
+            return _verdict(await self._queue.dead_letter([delivery], reason=reason))
+
         try:
-            lost = await self._queue.dead_letter([delivery], reason=reason)
+            verdict = await self._settle(lease, dead_letter)
         except Exception as exc:  # unreachable backend, or a bug in it
             log_delivery(
                 _log,
@@ -312,11 +364,11 @@ class Executor:
                 "could not dead-letter (%s): %s; it will be redelivered when its lease lapses",
                 exc,
                 reason,
-                delivery=delivery,
+                delivery=lease.delivery,
                 task=task_name,
             )
             return
-        if lost:
+        if verdict is not Verdict.DONE:
             self._lease_lost_on_reply(lease, "dead_letter", task_name)
             return
         self._stats.dead_lettered(task_name)
@@ -325,7 +377,7 @@ class Executor:
             logging.ERROR,
             "dead-lettered: %s",
             reason,
-            delivery=delivery,
+            delivery=lease.delivery,
             task=task_name,
             exc_info=error,
         )
@@ -343,8 +395,12 @@ class Executor:
                 task=task_name,
             )
             return
+
+        async def release(delivery: Delivery) -> Verdict:
+            return _verdict(await self._queue.release([delivery], delay_seconds=0))
+
         try:
-            await self._queue.release([lease.delivery], delay_seconds=0)
+            await self._settle(lease, release)
         except (Exception, asyncio.CancelledError) as exc:
             log_delivery(
                 _log,
@@ -362,6 +418,21 @@ class Executor:
                 delivery=lease.delivery,
                 task=task_name,
             )
+
+    async def _settle(
+        self, lease: Lease, send: Callable[[Delivery], Awaitable[Verdict]]
+    ) -> Verdict:
+        """Send the lease's ack, release or dead-letter with its current receipt."""
+        # From now on a heartbeat reaching the backend after this call would find the
+        # lease gone and report it lost; that report is moot, this call's reply decides.
+        lease.settling = True
+        while True:
+            delivery = lease.delivery
+            verdict = await send(delivery)
+            if verdict is not Verdict.LOST or lease.delivery is delivery:
+                return verdict
+            # A newer delivery of the message was adopted while this one was in flight,
+            # so the old receipt was stale: send again with the new one.
 
     def _lease_lost_on_reply(self, lease: Lease, operation: str, task_name: str | None) -> None:
         if not lease.lost:
@@ -389,6 +460,14 @@ async def _cancel_and_wait(child: asyncio.Future[Any]) -> None:
         pass
 
 
+def _verdict(lost: list[Delivery]) -> Verdict:
+    """The verdict of a release or dead-letter of one delivery, from its lost list."""
+    return Verdict.LOST if lost else Verdict.DONE
+
+
 def _describe(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}"
+    return _shorten(f"{type(error).__name__}: {error}")
+
+
+def _shorten(text: str) -> str:
     return text if len(text) <= _MAX_REASON_CHARS else text[:_MAX_REASON_CHARS] + "..."

@@ -5,7 +5,8 @@ reserves free workers and asks for at most that many messages, so every leased m
 starts at once (a leased message never waits unheartbeated behind a full pool). An
 unreachable backend is retried with backoff; any other crash of the loop is logged and
 the loop restarts after a growing delay, so the number of fetchers stays constant
-until shutdown.
+until shutdown. After the backend was unreachable, a fetcher receives again only once
+the lease keeper got heartbeats of every lease through (see `taskrunner.reconnect`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import logging
 from collections.abc import Callable
 
 from taskrunner.clock import Clock, wait_event
-from taskrunner.errors import BackendError
+from taskrunner.errors import BackendError, BackendUnavailableError
 from taskrunner.pool import WorkerPool
 from taskrunner.queue import Delivery, Queue
+from taskrunner.reconnect import ReconnectGate
 from taskrunner.retry import Backoff
 
 __all__ = ["Fetcher", "HandOver"]
@@ -38,11 +40,14 @@ class Fetcher:
         hand_over: Starts the deliveries and returns unused reservations.
         batch_size: Most messages per receive (adjustable at run time).
         wait_seconds: How long one receive waits for a first message.
+        lease_seconds: The lease each received delivery is granted.
         clock: Paces backoff.
         stopping: Set when the runner shuts down.
         batch_cooldown_seconds: In tuning mode, the batch size follows the pool's free
             capacity, changing at most once per this many seconds (0: any time). None
             keeps the batch size fixed.
+        gate: Closed after a backend failure until heartbeats got through; None when
+            the queue needs no heartbeats.
     """
 
     def __init__(
@@ -54,11 +59,14 @@ class Fetcher:
         hand_over: HandOver,
         batch_size: int,
         wait_seconds: float,
+        lease_seconds: float,
         clock: Clock,
         stopping: asyncio.Event,
         batch_cooldown_seconds: float | None = None,
+        gate: ReconnectGate | None = None,
     ) -> None:
         self.consumer = consumer
+        self._gate = gate
         self.batch_size = batch_size
         self._base_batch = batch_size
         self._batch_cooldown = batch_cooldown_seconds
@@ -67,6 +75,7 @@ class Fetcher:
         self._pool = pool
         self._hand_over = hand_over
         self._wait_seconds = wait_seconds
+        self._lease_seconds = lease_seconds
         self._clock = clock
         self._stopping = stopping
         self.receiving = False
@@ -85,6 +94,8 @@ class Fetcher:
     async def _fetch_until_stopped(self) -> None:
         unavailable = Backoff()
         while not self._stopping.is_set():
+            if self._gate is not None and not await self._gate.wait_open(self._stopping):
+                return
             if self._batch_cooldown is not None:
                 self.follow_free_capacity()
             reserved = await self._pool.reserve(self.batch_size)
@@ -98,10 +109,15 @@ class Fetcher:
             try:
                 self.receiving = True
                 deliveries = await self._queue.receive(
-                    self.consumer, max_messages=reserved, wait_seconds=self._wait_seconds
+                    self.consumer,
+                    max_messages=reserved,
+                    wait_seconds=self._wait_seconds,
+                    lease_seconds=self._lease_seconds,
                 )
             except BackendError as exc:
                 self._pool.unreserve(reserved)
+                if self._gate is not None and isinstance(exc, BackendUnavailableError):
+                    self._gate.failure()
                 delay = unavailable.next_delay()
                 _log.warning("receive failed, retrying in %.2fs: %s", delay, exc)
                 await wait_event(self._clock, self._stopping, delay)

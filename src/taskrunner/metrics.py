@@ -24,6 +24,8 @@ name                                           type     meaning
 ``taskrunner_task_dead_lettered_total{task}``  counter  messages moved to the dead letters
 ``taskrunner_failures_handled_total``          counter  terminal failures a handler took
 ``taskrunner_lease_lost_total``                counter  leases found lost while held
+``taskrunner_ack_uncertain_total``             counter  resent acks that found the lease gone
+``taskrunner_leases_adopted_total``            counter  running messages handed back, adopted
 ``taskrunner_task_duration_seconds{task}``     gauge    moving average of attempt durations
 ``taskrunner_in_flight``                       gauge    deliveries held by this process
 ``taskrunner_workers``                         gauge    pool size of this process
@@ -125,6 +127,16 @@ def start_metrics_server(runner: Runner, port: int, *, addr: str = "127.0.0.1") 
             )
             yield counter(
                 "taskrunner_lease_lost", "Leases found lost while held.", stats.lease_lost
+            )
+            yield counter(
+                "taskrunner_ack_uncertain",
+                "Acks resent after a failed send that found the lease gone.",
+                stats.ack_uncertain,
+            )
+            yield counter(
+                "taskrunner_leases_adopted",
+                "Running messages handed back by a receive or reclaim and adopted.",
+                stats.leases_adopted,
             )
             per_task = {
                 "taskrunner_task_succeeded": ("Attempts that returned normally.", "succeeded"),

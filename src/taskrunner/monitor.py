@@ -29,7 +29,7 @@ from taskrunner.clock import Clock
 from taskrunner.config import LongQueueHook
 from taskrunner.errors import BackendError
 from taskrunner.pool import WorkerPool
-from taskrunner.queue import ConsumerCleanup, Queue, WorkerInfo, WorkerRegistry
+from taskrunner.queue import Queue, WorkerInfo
 from taskrunner.stats import StatsRecorder
 from taskrunner.tuning import Autoscaler, predicted_wait
 
@@ -116,10 +116,8 @@ class Monitor:
         self._hook = hook
         self._armed = True
         self._hook_task: asyncio.Task[None] | None = None
-        self._registry = cast(WorkerRegistry, queue) if queue.capabilities.worker_registry else None
-        self._cleanup = (
-            cast(ConsumerCleanup, queue) if queue.capabilities.consumer_cleanup else None
-        )
+        self._registry = queue.worker_registry
+        self._cleanup = queue.consumer_cleanup
         self._consumer_idle = consumer_idle_seconds
         self._last_cleanup: float | None = None
         self.latest: Observation | None = None

@@ -6,12 +6,25 @@ structurally and imports nothing from taskrunner except, if it likes, the value 
 below. Every guarantee is one sentence of the `Queue` docstring, and each sentence has
 a test of the same name in `taskrunner_conformance`.
 
-Leases. A message received by consumer C is leased to C. The lease lives while the
-message's *idle time* (time since it was delivered or last heartbeated) stays below the
-``idle_seconds`` a reclaimer passes to `Queue.reclaim`; the runner passes its
-``lease_seconds``. A `Receipt` fences the lease: it names the owner and the delivery
-count seen when the lease was granted, so a heartbeat or ack holding an older receipt
-is reported as lost instead of acting on somebody else's lease.
+Leases. A message received by consumer C is leased to C for the ``lease_seconds`` that
+C passed to the `Queue.receive` or `Queue.reclaim` that granted it. The lease lives while
+the message's *idle time* (time since it was granted or last heartbeated) stays within
+that lease; the lease travels with the delivery, so a reclaimer configured with a
+shorter lease never takes a message whose holder heartbeats within its own, longer one.
+A `Receipt` fences the lease: it names the owner and the delivery count seen when the
+lease was granted, so a heartbeat or ack holding an older receipt is reported as lost
+instead of acting on somebody else's lease.
+
+Boundaries. With ``p`` the backend's `Capabilities.lease_precision_seconds`, a lease is
+live at every idle time below ``lease_seconds - p`` and lapsed (reclaimable) at every
+idle time above ``lease_seconds + p``; a message released with ``delay_seconds`` is not
+delivered before ``delay_seconds - p`` and is ready after ``delay_seconds + p``.
+
+Optional parts. A backend offers more through typed accessors that return None when it
+does not: `Queue.admin` (`QueueAdmin`: dead letters, purge, delete),
+`Queue.worker_registry` (`WorkerRegistry`), `Queue.consumer_cleanup`
+(`ConsumerCleanup`). The type checker sees the protocol each one returns, so no caller
+casts on the strength of a flag.
 """
 
 from __future__ import annotations
@@ -88,11 +101,10 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
             several processes) see the same messages.
         max_batch: Largest ``max_messages`` honoured per call; larger requests are
             clamped. None means no limit.
-        admin: The queue also implements `QueueAdmin`.
-        worker_registry: The queue also implements `WorkerRegistry`.
-        consumer_cleanup: The queue also implements `ConsumerCleanup`.
-        lease_precision_seconds: How far lease expiry may deviate from the nominal
-            ``idle_seconds`` (server clock granularity, replication lag).
+        lease_precision_seconds: How far lease expiry and release delays may deviate
+            from their nominal duration, either way (server clock granularity,
+            replication lag). The conformance suite probes leases and delays this
+            far on each side of the boundary.
     """
 
     blocking_receive: bool = False
@@ -102,9 +114,6 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     durable_enqueue: bool = False
     shared_across_instances: bool = False
     max_batch: int | None = None
-    admin: bool = False
-    worker_registry: bool = False
-    consumer_cleanup: bool = False
     lease_precision_seconds: float = 0.0
 
 
@@ -126,9 +135,11 @@ class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of a queue.
 
     Attributes:
-        ready: Messages waiting for a first delivery (or a redelivery after release).
+        ready: Messages that `receive` would hand out now: never delivered, or released
+            and due.
         in_flight: Messages leased to a consumer and not yet completed.
         dead: Messages in the dead-letter store.
+        delayed: Messages released with a delay that is not over yet.
         oldest_ready_age_seconds: Age of the oldest ready message, None when none.
         oldest_in_flight_age_seconds: Idle time of the longest-idle in-flight message,
             None when none.
@@ -138,6 +149,7 @@ class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
     ready: int
     in_flight: int
     dead: int
+    delayed: int = 0
     oldest_ready_age_seconds: float | None = None
     oldest_in_flight_age_seconds: float | None = None
     consumers: tuple[ConsumerStats, ...] = ()
@@ -188,29 +200,43 @@ class Queue(Protocol):
 
     * Every added message is delivered at least once, unless it is dead-lettered.
     * A delivered message is not delivered to another consumer while its lease is live.
+    * A lease lasts the lease_seconds its holder was granted, whatever the reclaimer's own lease.
     * A message whose lease lapsed is returned by reclaim with its delivery count + 1.
+    * `receive` never returns a message whose lease lapsed; only reclaim does.
     * A heartbeat with a current receipt keeps the lease live.
     * A heartbeat never changes the delivery count.
     * A heartbeat with a stale receipt reports the delivery lost and never takes the message back.
     * An ack with a current receipt completes the message; it is never delivered again.
     * An ack with a stale receipt reports the delivery lost and does not complete the message.
     * Acking an already completed delivery reports it and changes nothing else.
-    * A released message is delivered again after its delay, with its delivery count + 1.
+    * A released message is delivered again by receive after its delay, with its delivery count + 1.
+    * A released delivery's receipt is stale from the release on, even before redelivery.
     * A dead-lettered message is never delivered again and keeps its body and reason.
-    * `len` counts ready plus in-flight messages; dead letters are not counted.
+    * Message ids are unique within the queue and never reused.
+    * `len` counts ready, delayed and in-flight messages; dead letters are not counted.
     * `receive` returns at most ``max_messages`` deliveries and `[]` when none arrive in time.
+    * Invalid arguments raise ValueError or TypeError before anything changes.
     * `aclose` is idempotent; every other method called after it raises `QueueClosedError`.
     * Client-library exceptions never escape; failures raise `BackendError` subclasses.
 
+    "Stale" receipts are those of any earlier lease of the message: before a reclaim by
+    another consumer or by the same one, before a release (redelivered or not), or
+    older by several leases. heartbeat, ack, release and dead_letter holding one report
+    the delivery lost and change nothing.
+
     Methods take and return batches so a backend can use one round trip per call.
     Expected conditions are return values: an empty queue is `[]`, a lost lease is a
-    delivery in the returned list. Invalid arguments raise `ValueError` or `TypeError`
-    before anything is changed.
+    delivery in the returned list. Durations are finite numbers of seconds: NaN,
+    infinities and negative values (zero too, for leases) are invalid arguments.
     """
 
     @property
     def requires_heartbeat(self) -> bool:
-        """Whether leases lapse unless heartbeated; when False the runner starts no lease keeper."""
+        """Whether leases lapse unless heartbeated; when False the runner starts no lease keeper.
+
+        When False, leases never lapse: `reclaim` returns nothing and messages come back
+        only through `release`.
+        """
         ...
 
     @property
@@ -218,11 +244,28 @@ class Queue(Protocol):
         """What the backend claims beyond the core contract."""
         ...
 
+    @property
+    def admin(self) -> QueueAdmin | None:
+        """Dead-letter management, purge and delete; None when the backend has none."""
+        ...
+
+    @property
+    def worker_registry(self) -> WorkerRegistry | None:
+        """The registry of live worker processes; None when the backend keeps none."""
+        ...
+
+    @property
+    def consumer_cleanup(self) -> ConsumerCleanup | None:
+        """Forgetting unused consumer names; None when the backend needs no clean-up."""
+        ...
+
     async def add(self, bodies: Sequence[bytes]) -> list[str]:
-        """Enqueue message bodies.
+        """Enqueue message bodies (any bytes, including empty ones).
 
         Returns:
-            One message id per body, in order; ids are unique within the queue.
+            One message id per body, in order; ids are unique within the queue and never
+            reused, also after the message was acked, purged or retried from the
+            dead-letter store.
 
         Raises:
             TypeError: A body is not `bytes`.
@@ -232,16 +275,20 @@ class Queue(Protocol):
         ...
 
     async def receive(
-        self, consumer: str, *, max_messages: int, wait_seconds: float
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
-        """Lease up to `max_messages` ready messages to `consumer`.
+        """Lease up to `max_messages` ready messages to `consumer` for `lease_seconds` each.
 
         Waits at most `wait_seconds` for the first message (0 does not wait) and may
         return fewer than asked for, but returns at least one delivery when a message is
-        ready. Each returned delivery's lease starts now.
+        ready. Each returned delivery's lease starts now and lasts `lease_seconds` from
+        now or from its latest heartbeat. Only ready messages are returned (never
+        delivered, or released and due); a message whose lease lapsed comes back only
+        through `reclaim`.
 
         Raises:
-            ValueError: `max_messages` < 1 or `wait_seconds` < 0.
+            ValueError: `max_messages` < 1, `wait_seconds` < 0, `lease_seconds` <= 0,
+                or a duration that is not finite.
             BackendUnavailableError: The backend could not be reached.
         """
         ...
@@ -249,10 +296,11 @@ class Queue(Protocol):
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Restart the lease of each delivery still owned under its receipt.
 
-        A lease that lapsed but was not reclaimed yet is still owned, and restarts.
+        The lease restarts with the length it was granted with. A lease that lapsed but
+        was not reclaimed yet is still owned, and restarts.
 
         Returns:
-            The deliveries whose lease was already lost (reclaimed, acked,
+            The deliveries whose lease was already lost (reclaimed, released, acked,
             dead-lettered, or the message is gone); they are left untouched.
         """
         ...
@@ -261,7 +309,8 @@ class Queue(Protocol):
         """Complete each delivery still owned under its receipt and remove its message.
 
         A current receipt on a message whose stored body vanished underneath (trimmed or
-        deleted) completes it: nothing is left to redo.
+        deleted) completes it: nothing is left to redo. Two copies of one delivery in
+        one batch complete the message once; the second copy may be reported or not.
 
         Returns:
             The deliveries this call did not complete because their lease was lost or
@@ -274,37 +323,42 @@ class Queue(Protocol):
     ) -> list[Delivery]:
         """Give deliveries back for redelivery once `delay_seconds` have passed.
 
-        The message is redelivered by `receive` or `reclaim` no earlier than the delay,
-        with its delivery count + 1. Used for retry backoff and at shutdown. From then
-        on the released delivery's receipt is stale: heartbeat, ack, release and
-        dead_letter report it lost.
+        The message is redelivered by `receive` no earlier than the delay, with its
+        delivery count + 1; until then it counts as delayed in `stats`. Used for retry
+        backoff and at shutdown. From the release on, the released delivery's receipt
+        is stale: heartbeat, ack, release and dead_letter report it lost, before and
+        after the message is delivered again.
 
         Returns:
             The deliveries whose lease was already lost; they are left untouched.
 
         Raises:
-            ValueError: `delay_seconds` < 0.
+            ValueError: `delay_seconds` < 0 or not finite.
         """
         ...
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
-        """Lease to `consumer` messages whose lease lapsed more than `idle_seconds` ago.
+        """Lease to `consumer`, for `lease_seconds`, messages whose own lease lapsed.
 
-        Each returned delivery has its delivery count + 1 and a new receipt. Successive
-        calls make progress through the whole set of in-flight messages, so lapsed
-        messages behind many live ones are found. Messages that can no longer be
+        A message is taken only when its idle time exceeds the lease its holder was
+        granted; the reclaimer's `lease_seconds` is the length of the new lease, not a
+        threshold. Each returned delivery has its delivery count + 1 and a new receipt.
+        Successive calls make progress through the whole set of in-flight messages, so
+        lapsed messages behind many live ones are found. Messages that can no longer be
         delivered (their body is gone or unreadable by the backend) are dead-lettered
         with a reason instead of being returned.
 
         Raises:
-            ValueError: `idle_seconds` <= 0 or `max_messages` < 1.
+            ValueError: `lease_seconds` <= 0 or not finite, or `max_messages` < 1.
         """
         ...
 
     async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
         """Move deliveries to the dead-letter store with `reason`, completing them atomically.
+
+        The reason is kept whole, whatever its length or characters.
 
         Returns:
             The deliveries whose lease was already lost; they are left untouched.
@@ -312,22 +366,26 @@ class Queue(Protocol):
         ...
 
     async def stats(self) -> QueueStats:
-        """A snapshot of ready, in-flight and dead-lettered counts."""
+        """A snapshot of ready, delayed, in-flight and dead-lettered counts."""
         ...
 
     async def len(self) -> int:
-        """Ready plus in-flight messages."""
+        """Ready, delayed and in-flight messages."""
         ...
 
     async def aclose(self) -> None:
-        """Release the backend's resources; idempotent."""
+        """Release the backend's resources; idempotent.
+
+        Leases held through this handle are not given back: they lapse as if the process
+        had crashed.
+        """
         ...
 
 
 class QueueAdmin(Protocol):
-    """Operations for people, not workers: dead-letter management and purging.
+    """Operations for people, not workers: dead-letter management, purging, deleting.
 
-    A backend that implements it sets `Capabilities.admin`.
+    A backend that implements it returns it from `Queue.admin`.
     """
 
     async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
@@ -350,9 +408,17 @@ class QueueAdmin(Protocol):
         ...
 
     async def purge(self) -> int:
-        """Delete every ready and in-flight message; returns how many.
+        """Delete every ready, delayed and in-flight message; returns how many.
 
-        Receipts of purged in-flight messages report lost from then on.
+        Receipts of purged in-flight messages report lost from then on; dead letters stay.
+        """
+        ...
+
+    async def delete_queue(self) -> None:
+        """Delete the queue and everything the backend keeps for it; idempotent.
+
+        Messages, dead letters, consumers and worker entries are gone afterwards, and
+        receipts report lost. Using the queue again starts an empty one.
         """
         ...
 
@@ -363,8 +429,8 @@ class WorkerRegistry(Protocol):
     Runners publish themselves every few seconds; an entry not refreshed within its
     ``ttl_seconds`` is no longer listed. The tuning controller and ``taskrunner inspect``
     read it to know how many workers serve the queue across processes, without
-    scanning the backend's keyspace. A backend that implements it sets
-    `Capabilities.worker_registry`.
+    scanning the backend's keyspace. A backend that implements it returns it from
+    `Queue.worker_registry`.
     """
 
     async def publish_worker(self, info: WorkerInfo, *, ttl_seconds: float) -> None:
@@ -384,8 +450,9 @@ class ConsumerCleanup(Protocol):
     """Forgetting consumers nobody uses any more.
 
     Consumer names are unique per process incarnation, so a backend that records
-    consumers would collect them forever. Runners call this now and then; a backend that
-    implements it sets `Capabilities.consumer_cleanup`.
+    consumers would collect them forever. Runners call `remove_idle_consumers` now and
+    then and `remove_consumers` for their own names at a clean stop; a backend that
+    implements it returns it from `Queue.consumer_cleanup`.
     """
 
     async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
@@ -393,5 +460,13 @@ class ConsumerCleanup(Protocol):
 
         A consumer that holds a message is never removed (its messages would become
         unreachable); the check and the removal are one atomic step.
+        """
+        ...
+
+    async def remove_consumers(self, names: Sequence[str]) -> list[str]:
+        """Forget the consumers in `names` that hold no message; returns those forgotten.
+
+        A named consumer that holds a message is kept, as in `remove_idle_consumers`;
+        unknown names are skipped.
         """
         ...

@@ -1,9 +1,13 @@
 """The reclaimer: takes over messages whose lease lapsed, e.g. of a crashed worker.
 
 Internal module. Every ``reclaim_interval_seconds`` it asks the backend for messages
-idle longer than the lease, as many as there are free workers, and keeps asking while
+whose holder's lease lapsed (whatever lease the holder was granted), as many as there
+are free workers, and keeps asking while
 the backend returns some. Like a fetcher, it never leases more than the pool can
-start. Backends redeliver released (retried) messages through this path too.
+start. Backends redeliver released (retried) messages through this path too. After
+the backend was unreachable, it reclaims again only once the lease keeper got
+heartbeats of every lease through (see `taskrunner.reconnect`), and a message it
+takes back that this process still runs is adopted, never started twice.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import asyncio
 import logging
 
 from taskrunner.clock import Clock, wait_event
-from taskrunner.errors import BackendError
+from taskrunner.errors import BackendError, BackendUnavailableError
 from taskrunner.fetcher import HandOver
 from taskrunner.pool import WorkerPool
 from taskrunner.queue import Queue
+from taskrunner.reconnect import ReconnectGate
 
 __all__ = ["Reclaimer"]
 
@@ -32,9 +37,10 @@ class Reclaimer:
         hand_over: Starts the deliveries and returns unused reservations.
         batch_size: Most messages per reclaim call.
         interval_seconds: Time between two sweeps.
-        lease_seconds: Idle time after which a lease counts as lapsed.
+        lease_seconds: The lease each reclaimed delivery is granted.
         clock: Paces the sweeps.
         stopping: Set when the runner shuts down.
+        gate: Closed after a backend failure until heartbeats got through.
     """
 
     def __init__(
@@ -49,8 +55,10 @@ class Reclaimer:
         lease_seconds: float,
         clock: Clock,
         stopping: asyncio.Event,
+        gate: ReconnectGate | None = None,
     ) -> None:
         self.consumer = consumer
+        self._gate = gate
         self._queue = queue
         self._pool = pool
         self._hand_over = hand_over
@@ -66,6 +74,8 @@ class Reclaimer:
             try:
                 await self.sweep()
             except BackendError as exc:
+                if self._gate is not None and isinstance(exc, BackendUnavailableError):
+                    self._gate.failure()
                 _log.warning("reclaim failed, next attempt in %.1fs: %s", self._interval, exc)
             except Exception:
                 # A bug must not end reclaiming for the life of the process.
@@ -79,12 +89,14 @@ class Reclaimer:
         """
         total = 0
         while not self._stopping.is_set():
+            if self._gate is not None and not await self._gate.wait_open(self._stopping):
+                break
             reserved = await self._pool.reserve(self._batch_size)
             if not reserved:
                 break
             try:
                 deliveries = await self._queue.reclaim(
-                    self.consumer, idle_seconds=self._lease_seconds, max_messages=reserved
+                    self.consumer, lease_seconds=self._lease_seconds, max_messages=reserved
                 )
             except BaseException:
                 self._pool.unreserve(reserved)

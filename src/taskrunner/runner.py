@@ -39,11 +39,12 @@ from taskrunner.errors import BackendError
 from taskrunner.executor import Executor
 from taskrunner.fetcher import Fetcher
 from taskrunner.heartbeat import LeaseKeeper
-from taskrunner.leases import Lease, LeaseTable
+from taskrunner.leases import Lease, LeaseTable, adopt
 from taskrunner.monitor import Monitor
 from taskrunner.pool import WorkerPool
 from taskrunner.queue import Delivery, Queue
 from taskrunner.reclaimer import Reclaimer
+from taskrunner.reconnect import ReconnectGate
 from taskrunner.stats import RunnerStats, StatsRecorder
 from taskrunner.tuning import Autoscaler
 
@@ -99,7 +100,9 @@ class Runner:
         self._stats = StatsRecorder()
         self._pool = WorkerPool(self.config.initial_workers)
         self._leases = LeaseTable()
-        self._acker = Acker(queue, clock=self._clock)
+        # After a backend failure, leases are heartbeated before new work is taken.
+        self._gate = ReconnectGate() if queue.requires_heartbeat else None
+        self._acker = Acker(queue, clock=self._clock, gate=self._gate)
         self._threads: ThreadPoolExecutor | None = None
         self._executor = Executor(
             queue,
@@ -205,9 +208,11 @@ class Runner:
                 hand_over=self._received,
                 batch_size=config.batch_size,
                 wait_seconds=wait_seconds,
+                lease_seconds=config.lease_seconds,
                 clock=self._clock,
                 stopping=self._stop_requested,
                 batch_cooldown_seconds=batch_cooldown,
+                gate=self._gate,
             )
             for i in range(config.num_fetchers)
         ]
@@ -245,10 +250,23 @@ class Runner:
                 await acker
                 for task in background:
                     task.cancel()
+                await self._forget_consumers()
         finally:
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
             _log.info("worker stopped: %s", self.stats())
+
+    async def _forget_consumers(self) -> None:
+        # Consumer names are unique per run, so the backend would otherwise keep this
+        # run's names until the idle clean-up of some later runner. Names still holding
+        # a message (a thread left running by a forced stop) are kept by the backend.
+        cleanup = self._queue.consumer_cleanup
+        if cleanup is None:
+            return
+        try:
+            await cleanup.remove_consumers(self.consumer_names)
+        except BackendError as exc:
+            _log.warning("could not remove this worker's consumer names: %s", exc)
 
     def _lease_keeper(self) -> LeaseKeeper:
         return LeaseKeeper(
@@ -258,6 +276,7 @@ class Runner:
             interval_seconds=self.config.heartbeat_seconds,
             lease_seconds=self.config.lease_seconds,
             stats=self._stats,
+            gate=self._gate,
         )
 
     def _reclaimer(self, consumer: str) -> Reclaimer:
@@ -271,6 +290,7 @@ class Runner:
             lease_seconds=self.config.lease_seconds,
             clock=self._clock,
             stopping=self._stop_requested,
+            gate=self._gate,
         )
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -298,13 +318,19 @@ class Runner:
         # delivery (the backend cannot tell a return from a crash).
         assert self._tg is not None
         now = self._clock.monotonic()
+        started = 0
         for delivery in deliveries:
+            held = self._leases.holding(delivery.message_id)
+            if held is not None:
+                adopt(held, delivery, now, self._stats)
+                continue
             self._pool.start()
+            started += 1
             lease = self._leases.add(delivery, now)
             task = self._tg.create_task(self._run_one(lease))
             self._running[task] = lease
             self._idle.clear()
-        self._pool.unreserve(reserved - len(deliveries))
+        self._pool.unreserve(reserved - started)
 
     async def _run_one(self, lease: Lease) -> None:
         try:

@@ -48,6 +48,11 @@ class RunnerStats:
         dead_lettered: Messages moved to the dead-letter store by this runner.
         handled: Terminal failures a custom failed-task handler dealt with.
         lease_lost: Deliveries whose lease was found lost while this runner held them.
+        ack_uncertain: Acks resent after a failed send that found the lease gone: most
+            likely the first send completed the message, but its reply was lost.
+        leases_adopted: Messages this runner was still running when a receive or
+            reclaim handed them to it again (their lease had lapsed); the running copy
+            took over the new delivery instead of a second copy starting.
         in_flight: Deliveries leased and not yet finished.
         workers: Current pool size.
         busy: Workers running a task now.
@@ -68,6 +73,8 @@ class RunnerStats:
     dead_lettered: int = 0
     handled: int = 0
     lease_lost: int = 0
+    ack_uncertain: int = 0
+    leases_adopted: int = 0
     in_flight: int = 0
     workers: int = 0
     busy: int = 0
@@ -100,6 +107,8 @@ class StatsRecorder:
         self.reclaimed = 0
         self.handled = 0
         self.lease_lost = 0
+        self.ack_uncertain = 0
+        self.leases_adopted = 0
         self.average_seconds: float | None = None
         self._tasks: dict[str, _TaskCounters] = {}
 
@@ -158,6 +167,8 @@ class StatsRecorder:
             dead_lettered=sum(t.dead_lettered for t in tasks.values()),
             handled=self.handled,
             lease_lost=self.lease_lost,
+            ack_uncertain=self.ack_uncertain,
+            leases_adopted=self.leases_adopted,
             in_flight=in_flight,
             workers=workers,
             busy=busy,

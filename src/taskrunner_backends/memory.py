@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,12 +32,15 @@ from taskrunner.clock import Clock, SystemClock, wait_event
 from taskrunner.errors import ConfigurationError, QueueClosedError
 from taskrunner.queue import (
     Capabilities,
+    ConsumerCleanup,
     ConsumerStats,
     DeadLetter,
     Delivery,
+    QueueAdmin,
     QueueStats,
     Receipt,
     WorkerInfo,
+    WorkerRegistry,
 )
 
 __all__ = ["InMemoryQueue", "open_from_url"]
@@ -49,9 +53,6 @@ _CAPABILITIES = Capabilities(
     durable_enqueue=False,
     shared_across_instances=True,
     max_batch=None,
-    admin=True,
-    worker_registry=True,
-    consumer_cleanup=True,
 )
 
 
@@ -65,6 +66,8 @@ class _Message:
     owner: str = ""
     # Monotonic time of the last delivery or heartbeat; idle time is measured from it.
     touched_at: float = 0.0
+    # The lease its holder was granted; it lapses once idle for longer.
+    lease_seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -127,6 +130,21 @@ class InMemoryQueue:
         """Blocking, cancel-safe, FIFO, shared by handles of one store, not persistent."""
         return _CAPABILITIES
 
+    @property
+    def admin(self) -> QueueAdmin:
+        """This queue: dead letters, purge and delete are implemented."""
+        return self
+
+    @property
+    def worker_registry(self) -> WorkerRegistry:
+        """This queue: it keeps a worker registry."""
+        return self
+
+    @property
+    def consumer_cleanup(self) -> ConsumerCleanup:
+        """This queue: it forgets idle consumers on request."""
+        return self
+
     # -- the contract ------------------------------------------------------------
 
     async def add(self, bodies: Sequence[bytes]) -> list[str]:
@@ -148,12 +166,12 @@ class InMemoryQueue:
         return ids
 
     async def receive(
-        self, consumer: str, *, max_messages: int, wait_seconds: float
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
         """Lease up to `max_messages` ready messages, waiting up to `wait_seconds`."""
         _check_count(max_messages)
-        if wait_seconds < 0:
-            raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds}")
+        _check_seconds("wait_seconds", wait_seconds)
+        _check_seconds("lease_seconds", lease_seconds, positive=True)
         self._check_open()
         store = self._store
         deadline = store.clock.monotonic() + wait_seconds
@@ -162,7 +180,7 @@ class InMemoryQueue:
             self._promote_due(now)
             store.consumers_seen[consumer] = now
             if store.ready:
-                return self._lease_ready(consumer, max_messages, now)
+                return self._lease_ready(consumer, max_messages, lease_seconds, now)
             remaining = deadline - now
             if remaining <= 0:
                 return []
@@ -201,8 +219,7 @@ class InMemoryQueue:
         self, deliveries: Sequence[Delivery], *, delay_seconds: float = 0.0
     ) -> list[Delivery]:
         """Make owned deliveries ready again after `delay_seconds`; report the rest."""
-        if delay_seconds < 0:
-            raise ValueError(f"delay_seconds must be >= 0, got {delay_seconds}")
+        _check_seconds("delay_seconds", delay_seconds)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -226,11 +243,10 @@ class InMemoryQueue:
         return lost
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
-        """Lease to `consumer` in-flight messages idle for longer than `idle_seconds`."""
-        if idle_seconds <= 0:
-            raise ValueError(f"idle_seconds must be > 0, got {idle_seconds}")
+        """Lease to `consumer` in-flight messages idle for longer than their own lease."""
+        _check_seconds("lease_seconds", lease_seconds, positive=True)
         _check_count(max_messages)
         self._check_open()
         store = self._store
@@ -241,13 +257,13 @@ class InMemoryQueue:
         lapsed = [
             message
             for message in store.in_flight.values()
-            if now - message.touched_at > idle_seconds
+            if now - message.touched_at > message.lease_seconds
         ][:max_messages]
         deliveries = []
         for message in lapsed:
             # Re-insert so in_flight stays ordered by the latest lease grant.
             del store.in_flight[message.id]
-            deliveries.append(self._grant(message, consumer, now))
+            deliveries.append(self._grant(message, consumer, lease_seconds, now))
         return deliveries
 
     async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
@@ -284,9 +300,10 @@ class InMemoryQueue:
         oldest_ready = store.messages[store.ready[0]].added_at if store.ready else None
         oldest_touch = min((m.touched_at for m in store.in_flight.values()), default=None)
         return QueueStats(
-            ready=len(store.ready) + len(store.delayed),
+            ready=len(store.ready),
             in_flight=len(store.in_flight),
             dead=len(store.dead),
+            delayed=len(store.delayed),
             oldest_ready_age_seconds=None if oldest_ready is None else now - oldest_ready,
             oldest_in_flight_age_seconds=None if oldest_touch is None else now - oldest_touch,
             consumers=tuple(
@@ -344,6 +361,14 @@ class InMemoryQueue:
         store.in_flight.clear()
         return count
 
+    async def delete_queue(self) -> None:
+        """Delete messages, dead letters, consumers and worker entries of this store."""
+        await self.purge()
+        store = self._store
+        store.dead.clear()
+        store.consumers_seen.clear()
+        store.workers.clear()
+
     # -- WorkerRegistry --------------------------------------------------------------
 
     async def publish_worker(self, info: WorkerInfo, *, ttl_seconds: float) -> None:
@@ -370,8 +395,7 @@ class InMemoryQueue:
 
     async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
         """Forget consumers idle for `idle_seconds` that hold no message."""
-        if not idle_seconds >= 0:
-            raise ValueError(f"idle_seconds must be >= 0, got {idle_seconds}")
+        _check_seconds("idle_seconds", idle_seconds)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -380,6 +404,22 @@ class InMemoryQueue:
             name
             for name, seen in store.consumers_seen.items()
             if now - seen >= idle_seconds and name not in holders
+        ]
+        for name in removed:
+            del store.consumers_seen[name]
+        return removed
+
+    async def remove_consumers(self, names: Sequence[str]) -> list[str]:
+        """Forget the named consumers that hold no message."""
+        if isinstance(names, str):
+            raise TypeError("names must be a sequence of consumer names, not a single string")
+        self._check_open()
+        store = self._store
+        holders = {message.owner for message in store.in_flight.values()}
+        removed = [
+            name
+            for name in dict.fromkeys(names)
+            if name in store.consumers_seen and name not in holders
         ]
         for name in removed:
             del store.consumers_seen[name]
@@ -414,19 +454,24 @@ class InMemoryQueue:
                 message.state = "ready"
                 store.ready.append(message_id)
 
-    def _lease_ready(self, consumer: str, max_messages: int, now: float) -> list[Delivery]:
+    def _lease_ready(
+        self, consumer: str, max_messages: int, lease_seconds: float, now: float
+    ) -> list[Delivery]:
         store = self._store
         deliveries: list[Delivery] = []
         while store.ready and len(deliveries) < max_messages:
             message = store.messages[store.ready.popleft()]
-            deliveries.append(self._grant(message, consumer, now))
+            deliveries.append(self._grant(message, consumer, lease_seconds, now))
         return deliveries
 
-    def _grant(self, message: _Message, consumer: str, now: float) -> Delivery:
+    def _grant(
+        self, message: _Message, consumer: str, lease_seconds: float, now: float
+    ) -> Delivery:
         message.state = "in_flight"
         message.owner = consumer
         message.delivery_count += 1
         message.touched_at = now
+        message.lease_seconds = lease_seconds
         self._store.in_flight[message.id] = message
         return Delivery(
             message_id=message.id,
@@ -452,8 +497,18 @@ class InMemoryQueue:
 
 
 def _check_count(max_messages: int) -> None:
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+        raise TypeError(f"max_messages must be an int, not {type(max_messages).__name__}")
     if max_messages < 1:
         raise ValueError(f"max_messages must be >= 1, got {max_messages}")
+
+
+def _check_seconds(name: str, value: float, *, positive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
 
 
 # Stores opened by URL, so a producer and a worker in one process share a queue.

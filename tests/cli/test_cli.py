@@ -148,7 +148,7 @@ def test_dead_letters_show_prints_the_raw_bytes_of_a_body_that_is_no_envelope(
     async def bury() -> str:
         async with open_queue(memory_url, QUEUE) as queue:
             await queue.add([b"\xffnot json"])
-            [delivery] = await queue.receive("c", max_messages=1, wait_seconds=0)
+            [delivery] = await queue.receive("c", max_messages=1, wait_seconds=0, lease_seconds=60)
             await queue.dead_letter([delivery], reason="malformed")
             return cast(InMemoryQueue, queue).dead_letters()[0].message_id
 

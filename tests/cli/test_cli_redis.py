@@ -32,7 +32,9 @@ def ready_bodies(url: str) -> list[bytes]:
 
     async def read() -> list[bytes]:
         async with open_queue(url, QUEUE) as queue:
-            deliveries = await queue.receive("peek", max_messages=100, wait_seconds=0)
+            deliveries = await queue.receive(
+                "peek", max_messages=100, wait_seconds=0, lease_seconds=60
+            )
             await queue.release(deliveries)
             return [d.body for d in deliveries]
 
@@ -101,7 +103,7 @@ def test_inspect_lists_consumers_with_pending_counts_and_idle_times(
     async def lease_one() -> None:
         async with open_queue(redis_ns_url, QUEUE) as queue:
             await queue.add([b"x", b"y"])
-            await queue.receive("holder", max_messages=1, wait_seconds=0)
+            await queue.receive("holder", max_messages=1, wait_seconds=0, lease_seconds=60)
 
     asyncio.run(lease_one())
 

@@ -59,9 +59,9 @@ class ReclaimTakesLiveLeases(InMemoryQueue):
     """Reclaim ignores the idle bound and takes live leases too."""
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
-        if idle_seconds <= 0 or max_messages < 1:
+        if lease_seconds <= 0 or max_messages < 1:
             raise ValueError("bad arguments")
         self._check_open()
         now = self._store.clock.monotonic()
@@ -69,7 +69,7 @@ class ReclaimTakesLiveLeases(InMemoryQueue):
         deliveries = []
         for message in taken:
             del self._store.in_flight[message.id]
-            deliveries.append(self._grant(message, consumer, now))
+            deliveries.append(self._grant(message, consumer, lease_seconds, now))
         return deliveries
 
 
@@ -132,16 +132,18 @@ class ReclaimKeepsCount(InMemoryQueue):
     """Reclaim hands the message over without incrementing its delivery count."""
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
         for message in self._store.in_flight.values():
-            if self._store.clock.monotonic() - message.touched_at > idle_seconds:
+            if self._store.clock.monotonic() - message.touched_at > message.lease_seconds:
                 message.delivery_count -= 1
-        got = await super().reclaim(consumer, idle_seconds=idle_seconds, max_messages=max_messages)
+        got = await super().reclaim(
+            consumer, lease_seconds=lease_seconds, max_messages=max_messages
+        )
         # Messages that were lapsed but not taken keep their count.
         taken = {d.message_id for d in got}
         for message in self._store.in_flight.values():
-            lapsed = self._store.clock.monotonic() - message.touched_at > idle_seconds
+            lapsed = self._store.clock.monotonic() - message.touched_at > message.lease_seconds
             if lapsed and message.id not in taken and message.owner != consumer:
                 message.delivery_count += 1
         return got
@@ -168,20 +170,20 @@ class ReclaimWithoutCursor(InMemoryQueue):
     """Reclaim only ever looks at the oldest few in-flight messages (no cursor)."""
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
-        if idle_seconds <= 0 or max_messages < 1:
+        if lease_seconds <= 0 or max_messages < 1:
             raise ValueError("bad arguments")
         self._check_open()
         now = self._store.clock.monotonic()
         window = sorted(self._store.in_flight.values(), key=lambda m: int(m.id))[
             : 10 * max_messages
         ]
-        lapsed = [m for m in window if now - m.touched_at > idle_seconds][:max_messages]
+        lapsed = [m for m in window if now - m.touched_at > m.lease_seconds][:max_messages]
         deliveries = []
         for message in lapsed:
             del self._store.in_flight[message.id]
-            deliveries.append(self._grant(message, consumer, now))
+            deliveries.append(self._grant(message, consumer, lease_seconds, now))
         return deliveries
 
 

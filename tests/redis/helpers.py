@@ -48,18 +48,29 @@ def open_queue(url: str, namespace: str, queue_name: str = "q") -> RedisStreamsQ
 
 async def receive_one(queue: RedisStreamsQueue, consumer: str) -> Delivery:
     """Receive exactly one delivery (waiting up to the deadline)."""
-    [delivery] = await queue.receive(consumer, max_messages=1, wait_seconds=DEADLINE_SECONDS)
+    [delivery] = await queue.receive(
+        consumer, max_messages=1, wait_seconds=DEADLINE_SECONDS, lease_seconds=60
+    )
     return delivery
 
 
 async def pending_of(queue: RedisStreamsQueue, entry_id: str) -> tuple[str, int] | None:
-    """(owner, PEL delivery count) of a pending entry, straight from XPENDING."""
+    """(owner, PEL delivery count) of a pending entry, straight from XPENDING.
+
+    The owner is the group consumer: the caller's consumer name, ``~`` and the lease in
+    milliseconds (see `holder`).
+    """
     reply = await queue._raw.call(
         "xpending", "XPENDING", queue.keys.stream, queue.keys.group, entry_id, entry_id, 1
     )
     if not reply:
         return None
     return reply[0][1].decode(), int(reply[0][3])
+
+
+def holder(consumer: str, lease_seconds: float) -> str:
+    """The group consumer that holds leases of `lease_seconds` for `consumer`."""
+    return f"{consumer}~{round(lease_seconds * 1000)}"
 
 
 class CountingRawClient(RawClient):

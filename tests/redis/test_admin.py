@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from taskrunner.queue import WorkerInfo
 from taskrunner_backends.redis import RedisStreamsQueue
 from taskrunner_backends.redis.testing import age_lease
 
@@ -16,7 +17,9 @@ pytestmark = pytest.mark.redis
 
 async def _dead_letters(queue: RedisStreamsQueue, bodies: list[bytes]) -> list[str]:
     await queue.add(bodies)
-    deliveries = await queue.receive("a", max_messages=len(bodies), wait_seconds=0)
+    deliveries = await queue.receive(
+        "a", max_messages=len(bodies), wait_seconds=0, lease_seconds=300
+    )
     await queue.dead_letter(deliveries, reason="bad")
     return [letter.message_id for letter in await queue.list_dead_letters()]
 
@@ -43,7 +46,7 @@ async def test_retry_dead_letters_moves_each_back_exactly_once(
     assert len(new_ids) == 2
     assert again == []
     assert [letter.body for letter in await redis_queue.list_dead_letters()] == [b"2"]
-    deliveries = await redis_queue.receive("b", max_messages=10, wait_seconds=0)
+    deliveries = await redis_queue.receive("b", max_messages=10, wait_seconds=0, lease_seconds=300)
     assert [d.body for d in deliveries] == [b"1", b"3"]
     assert [d.message_id for d in deliveries] == new_ids
     assert all(d.delivery_count == 1 for d in deliveries)
@@ -70,7 +73,10 @@ async def test_concurrent_retries_neither_lose_nor_duplicate(
     )
 
     assert sum(len(r) for r in results) == 20
-    bodies = [d.body for d in await redis_queue.receive("b", max_messages=100, wait_seconds=0)]
+    bodies = [
+        d.body
+        for d in await redis_queue.receive("b", max_messages=100, wait_seconds=0, lease_seconds=300)
+    ]
     assert sorted(bodies) == sorted(b"%d" % i for i in range(20))
 
 
@@ -103,7 +109,9 @@ async def test_remove_idle_consumers_never_deletes_one_with_pending_entries(
     busy = await receive_one(redis_queue, "busy")
     done = await receive_one(redis_queue, "done")
     await redis_queue.ack([done])
-    await redis_queue.receive("idle", max_messages=1, wait_seconds=0)  # an empty read
+    await redis_queue.receive(
+        "idle", max_messages=1, wait_seconds=0, lease_seconds=300
+    )  # an empty read
     await age_lease(redis_queue, busy, 600)
 
     removed = await redis_queue.remove_idle_consumers(0)
@@ -112,7 +120,7 @@ async def test_remove_idle_consumers_never_deletes_one_with_pending_entries(
     assert "done" in removed
     names = [c.name for c in (await redis_queue.stats()).consumers]
     assert names == ["busy"]
-    [taken] = await redis_queue.reclaim("other", idle_seconds=300, max_messages=1)
+    [taken] = await redis_queue.reclaim("other", lease_seconds=300, max_messages=1)
     assert taken.message_id == busy.message_id
 
 
@@ -125,3 +133,79 @@ async def test_remove_idle_consumers_respects_the_idle_threshold(
 
     assert await redis_queue.remove_idle_consumers(3600) == []
     assert [c.name for c in (await redis_queue.stats()).consumers] == ["recent"]
+
+
+async def _existing_keys(queue: RedisStreamsQueue) -> list[str]:
+    found = []
+    for key in queue.keys.every_key:
+        if await queue._raw.call("exists", "EXISTS", key):
+            found.append(key)
+    return found
+
+
+async def test_opening_and_reading_a_queue_creates_nothing(redis_queue: RedisStreamsQueue) -> None:
+    await redis_queue.initialize()
+    stats = await redis_queue.stats()
+    assert (stats.ready, stats.delayed, stats.in_flight, stats.dead) == (0, 0, 0, 0)
+    assert await redis_queue.len() == 0
+    assert await redis_queue.list_dead_letters() == []
+    assert await redis_queue.live_workers() == []
+    assert await redis_queue.remove_idle_consumers(0) == []
+
+    assert await _existing_keys(redis_queue) == []
+
+
+async def test_stats_count_a_backlog_added_before_any_worker_read(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add([b"a", b"b"])
+    stats = await redis_queue.stats()
+
+    assert (stats.ready, stats.in_flight) == (2, 0)
+    assert await redis_queue.len() == 2
+    assert (
+        len(await redis_queue.receive("a", max_messages=5, wait_seconds=0, lease_seconds=60)) == 2
+    )
+
+
+async def test_delete_queue_removes_every_key_and_old_receipts_report_lost(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add([b"a", b"b", b"c"])
+    held = await redis_queue.receive("a", max_messages=3, wait_seconds=0, lease_seconds=60)
+    assert await redis_queue.dead_letter(held[:1], reason="r") == []
+    assert await redis_queue.release(held[1:2], delay_seconds=60) == []
+    await redis_queue.publish_worker(
+        WorkerInfo(instance="w", workers=1, busy=0, average_seconds=None, seen_at=0),
+        ttl_seconds=60,
+    )
+
+    await redis_queue.delete_queue()
+    await redis_queue.delete_queue()  # idempotent
+
+    assert await _existing_keys(redis_queue) == []
+    assert await redis_queue.ack(held[2:]) == held[2:]
+    assert await redis_queue.len() == 0
+    [new_id] = await redis_queue.add([b"after"])
+    assert new_id not in {d.message_id for d in held}
+
+
+async def test_remove_consumers_forgets_named_consumers_of_every_lease_but_spares_holders(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add([b"held", b"done once", b"done twice"])
+    [held] = await redis_queue.receive("busy", max_messages=1, wait_seconds=0, lease_seconds=60)
+    for lease in (30, 60):
+        done = await redis_queue.receive(
+            "idle", max_messages=1, wait_seconds=0, lease_seconds=lease
+        )
+        assert await redis_queue.ack(done) == []
+
+    removed = await redis_queue.remove_consumers(["idle", "busy", "unknown"])
+
+    assert removed == ["idle"]
+    names = {c.name for c in (await redis_queue.stats()).consumers}
+    assert names == {"busy"}
+    assert await redis_queue.ack([held]) == []
+    assert await redis_queue.remove_consumers(["busy"]) == ["busy"]
+    assert (await redis_queue.stats()).consumers == ()

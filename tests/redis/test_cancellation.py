@@ -31,7 +31,9 @@ async def test_a_callers_cancel_stays_a_cancel_even_on_a_closed_queue(
 
     queue._blocking_read = spy  # type: ignore[method-assign]
     await queue.len()  # initialised, so the receive goes straight to its scripts
-    receive = asyncio.create_task(queue.receive("c", max_messages=1, wait_seconds=30))
+    receive = asyncio.create_task(
+        queue.receive("c", max_messages=1, wait_seconds=30, lease_seconds=60)
+    )
     await asyncio.sleep(0)  # the receive is waiting for its first script's reply
     await queue.aclose()  # closed before the read blocks: aclose cancels nothing
     await asyncio.wait_for(reading.wait(), 10)
@@ -49,7 +51,9 @@ async def test_a_callers_cancel_stays_a_cancel_even_on_a_closed_queue(
 async def test_aclose_turns_a_blocked_receive_into_queue_closed(
     redis_queue: RedisStreamsQueue,
 ) -> None:
-    receive = asyncio.create_task(redis_queue.receive("c", max_messages=1, wait_seconds=30))
+    receive = asyncio.create_task(
+        redis_queue.receive("c", max_messages=1, wait_seconds=30, lease_seconds=60)
+    )
     await eventually(
         lambda: asyncio.sleep(0, bool(redis_queue._blocking)), bool, what="read blocks"
     )

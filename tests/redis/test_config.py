@@ -151,6 +151,7 @@ def test_every_key_of_a_queue_shares_one_hash_tag() -> None:
         "app:{emails}:dead",
         "app:{emails}:delayed",
         "app:{emails}:parked",
+        "app:{emails}:origins",
     )
     assert namespace_pattern("app") == "app:*"
 

@@ -29,7 +29,7 @@ async def test_stopped_server_raises_backend_unavailable_and_work_resumes_after_
         with pytest.raises(BackendUnavailableError):
             await queue.add([b"while down"])
         with pytest.raises(BackendUnavailableError):
-            await queue.receive("a", max_messages=1, wait_seconds=0)
+            await queue.receive("a", max_messages=1, wait_seconds=0, lease_seconds=60)
         with pytest.raises(BackendUnavailableError):
             await queue.stats()
 
@@ -48,7 +48,7 @@ async def test_stopped_server_raises_backend_unavailable_and_work_resumes_after_
 
 async def _receive_or_none(queue: RedisStreamsQueue) -> list[Delivery] | None:
     try:
-        return await queue.receive("a", max_messages=1, wait_seconds=0)
+        return await queue.receive("a", max_messages=1, wait_seconds=0, lease_seconds=60)
     except BackendUnavailableError:
         return None
 
@@ -59,7 +59,9 @@ async def test_server_killed_during_a_blocking_receive_raises_backend_unavailabl
     server = redis_server_factory()
     queue = await open_from_url(server.url, queue_name="q")
     try:
-        waiter = asyncio.create_task(queue.receive("a", max_messages=1, wait_seconds=30))
+        waiter = asyncio.create_task(
+            queue.receive("a", max_messages=1, wait_seconds=30, lease_seconds=60)
+        )
         await asyncio.sleep(0.1)  # let it block
 
         server.stop(kill=True)
@@ -82,7 +84,7 @@ async def test_recovered_data_survives_restart_with_aof_always(
     queue = await open_from_url(server.url, queue_name="q")
     try:
         await queue.add([b"1", b"2"])
-        [leased] = await queue.receive("a", max_messages=1, wait_seconds=0)
+        [leased] = await queue.receive("a", max_messages=1, wait_seconds=0, lease_seconds=60)
 
         server.restart(kill=True)
 
@@ -135,7 +137,7 @@ async def test_unix_socket_url_with_db_and_namespace(
     queue = await open_from_url(f"unix://{server.socket_path}?db=3&namespace=sock", queue_name="q")
     try:
         [message_id] = await queue.add([b"over the socket"])
-        [delivery] = await queue.receive("a", max_messages=1, wait_seconds=0)
+        [delivery] = await queue.receive("a", max_messages=1, wait_seconds=0, lease_seconds=60)
         assert (delivery.message_id, delivery.body) == (message_id, b"over the socket")
         assert await queue.ack([delivery]) == []
         assert "unix://" in repr(queue)

@@ -39,7 +39,7 @@ async def test_receive_delivers_bodies_in_order_with_count_one(
 ) -> None:
     ids = await redis_queue.add([b"a", b"b", b"c"])
 
-    deliveries = await redis_queue.receive("c1", max_messages=10, wait_seconds=0)
+    deliveries = await redis_queue.receive("c1", max_messages=10, wait_seconds=0, lease_seconds=60)
 
     assert [d.body for d in deliveries] == [b"a", b"b", b"c"]
     assert [d.message_id for d in deliveries] == ids
@@ -50,8 +50,8 @@ async def test_receive_delivers_bodies_in_order_with_count_one(
 async def test_receive_returns_at_most_max_messages(redis_queue: RedisStreamsQueue) -> None:
     await redis_queue.add([b"x"] * 5)
 
-    first = await redis_queue.receive("c1", max_messages=2, wait_seconds=0)
-    rest = await redis_queue.receive("c1", max_messages=10, wait_seconds=0)
+    first = await redis_queue.receive("c1", max_messages=2, wait_seconds=0, lease_seconds=60)
+    rest = await redis_queue.receive("c1", max_messages=10, wait_seconds=0, lease_seconds=60)
 
     assert len(first) == 2
     assert len(rest) == 3
@@ -62,20 +62,22 @@ async def test_receive_returns_empty_after_wait_when_queue_is_empty(
 ) -> None:
     start = time.monotonic()
 
-    deliveries = await redis_queue.receive("c1", max_messages=1, wait_seconds=0.2)
+    deliveries = await redis_queue.receive("c1", max_messages=1, wait_seconds=0.2, lease_seconds=60)
 
     assert deliveries == []
     assert time.monotonic() - start >= 0.19
 
 
 async def test_receive_without_wait_returns_empty_at_once(redis_queue: RedisStreamsQueue) -> None:
-    assert await redis_queue.receive("c1", max_messages=1, wait_seconds=0) == []
+    assert await redis_queue.receive("c1", max_messages=1, wait_seconds=0, lease_seconds=60) == []
 
 
 async def test_blocking_receive_wakes_when_a_message_arrives(
     redis_queue: RedisStreamsQueue,
 ) -> None:
-    waiter = asyncio.create_task(redis_queue.receive("c1", max_messages=1, wait_seconds=15))
+    waiter = asyncio.create_task(
+        redis_queue.receive("c1", max_messages=1, wait_seconds=15, lease_seconds=60)
+    )
     await asyncio.sleep(0.1)  # let the XREADGROUP block; not a wait for a result
 
     await redis_queue.add([b"late"])
@@ -90,17 +92,17 @@ async def test_received_message_is_not_delivered_to_another_consumer(
     await redis_queue.add([b"only"])
     await receive_one(redis_queue, "c1")
 
-    assert await redis_queue.receive("c2", max_messages=1, wait_seconds=0) == []
-    assert await redis_queue.reclaim("c2", idle_seconds=60, max_messages=10) == []
+    assert await redis_queue.receive("c2", max_messages=1, wait_seconds=0, lease_seconds=60) == []
+    assert await redis_queue.reclaim("c2", lease_seconds=60, max_messages=10) == []
 
 
 async def test_receive_validates_arguments(redis_queue: RedisStreamsQueue) -> None:
     with pytest.raises(ValueError, match="max_messages"):
-        await redis_queue.receive("c1", max_messages=0, wait_seconds=0)
+        await redis_queue.receive("c1", max_messages=0, wait_seconds=0, lease_seconds=60)
     with pytest.raises(ValueError, match="wait_seconds"):
-        await redis_queue.receive("c1", max_messages=1, wait_seconds=-1)
+        await redis_queue.receive("c1", max_messages=1, wait_seconds=-1, lease_seconds=60)
     with pytest.raises(ValueError, match="consumer"):
-        await redis_queue.receive("", max_messages=1, wait_seconds=0)
+        await redis_queue.receive("", max_messages=1, wait_seconds=0, lease_seconds=60)
 
 
 async def test_heartbeat_keeps_lease_and_count(redis_queue: RedisStreamsQueue) -> None:
@@ -111,7 +113,7 @@ async def test_heartbeat_keeps_lease_and_count(redis_queue: RedisStreamsQueue) -
     lost = await redis_queue.heartbeat([delivery])
 
     assert lost == []
-    assert await redis_queue.reclaim("c2", idle_seconds=30, max_messages=10) == []
+    assert await redis_queue.reclaim("c2", lease_seconds=30, max_messages=10) == []
     stats = await redis_queue.stats()
     assert stats.in_flight == 1
     assert stats.oldest_in_flight_age_seconds is not None
@@ -128,14 +130,16 @@ async def test_ack_completes_and_deletes_the_entry(redis_queue: RedisStreamsQueu
     assert raw_length == 0
     assert await redis_queue.len() == 0
     await age_lease(redis_queue, delivery, 3600)
-    assert await redis_queue.reclaim("c2", idle_seconds=1, max_messages=10) == []
+    assert await redis_queue.reclaim("c2", lease_seconds=1, max_messages=10) == []
 
 
 async def test_acking_an_already_completed_delivery_reports_it(
     redis_queue: RedisStreamsQueue,
 ) -> None:
     await redis_queue.add([b"x", b"y"])
-    first, second = await redis_queue.receive("c1", max_messages=2, wait_seconds=0)
+    first, second = await redis_queue.receive(
+        "c1", max_messages=2, wait_seconds=0, lease_seconds=60
+    )
     await redis_queue.ack([first])
 
     lost = await redis_queue.ack([first, second])
@@ -151,7 +155,7 @@ async def test_reclaim_returns_lapsed_message_with_count_plus_one(
     delivery = await receive_one(redis_queue, "c1")
     await age_lease(redis_queue, delivery, 120)
 
-    [taken] = await redis_queue.reclaim("c2", idle_seconds=60, max_messages=10)
+    [taken] = await redis_queue.reclaim("c2", lease_seconds=60, max_messages=10)
 
     assert taken.message_id == message_id
     assert taken.body == b"x"
@@ -161,10 +165,10 @@ async def test_reclaim_returns_lapsed_message_with_count_plus_one(
 
 
 async def test_reclaim_validates_arguments(redis_queue: RedisStreamsQueue) -> None:
-    with pytest.raises(ValueError, match="idle_seconds"):
-        await redis_queue.reclaim("c1", idle_seconds=0, max_messages=1)
+    with pytest.raises(ValueError, match="lease_seconds"):
+        await redis_queue.reclaim("c1", lease_seconds=0, max_messages=1)
     with pytest.raises(ValueError, match="max_messages"):
-        await redis_queue.reclaim("c1", idle_seconds=1, max_messages=0)
+        await redis_queue.reclaim("c1", lease_seconds=1, max_messages=0)
 
 
 async def test_dead_letter_keeps_body_reason_and_count(redis_queue: RedisStreamsQueue) -> None:
@@ -182,14 +186,14 @@ async def test_dead_letter_keeps_body_reason_and_count(redis_queue: RedisStreams
     assert await redis_queue.len() == 0
     assert (await redis_queue.stats()).dead == 1
     await age_lease(redis_queue, delivery, 3600)
-    assert await redis_queue.reclaim("c2", idle_seconds=1, max_messages=10) == []
+    assert await redis_queue.reclaim("c2", lease_seconds=1, max_messages=10) == []
 
 
 async def test_stats_counts_ready_in_flight_dead_and_consumers(
     redis_queue: RedisStreamsQueue,
 ) -> None:
     await redis_queue.add([b"a", b"b", b"c", b"d"])
-    _, b = await redis_queue.receive("c1", max_messages=2, wait_seconds=0)
+    _, b = await redis_queue.receive("c1", max_messages=2, wait_seconds=0, lease_seconds=60)
     await redis_queue.dead_letter([b], reason="r")
 
     stats = await redis_queue.stats()
@@ -227,7 +231,7 @@ async def test_backlog_added_before_the_group_existed_is_delivered(
 ) -> None:
     await redis_queue._raw.call("xadd", "XADD", redis_queue.keys.stream, "*", "b", b"early")
 
-    deliveries = await redis_queue.receive("c1", max_messages=5, wait_seconds=0)
+    deliveries = await redis_queue.receive("c1", max_messages=5, wait_seconds=0, lease_seconds=60)
 
     assert [d.body for d in deliveries] == [b"early"]
 
@@ -238,7 +242,7 @@ async def test_deleted_group_is_recreated_at_zero(redis_queue: RedisStreamsQueue
         "destroy", "XGROUP", "DESTROY", redis_queue.keys.stream, redis_queue.keys.group
     )
 
-    deliveries = await redis_queue.receive("c1", max_messages=5, wait_seconds=0)
+    deliveries = await redis_queue.receive("c1", max_messages=5, wait_seconds=0, lease_seconds=60)
 
     assert [d.body for d in deliveries] == [b"one"]
 
@@ -253,18 +257,20 @@ async def test_aclose_is_idempotent_and_later_calls_raise(redis_queue: RedisStre
     with pytest.raises(QueueClosedError):
         await redis_queue.add([b"y"])
     with pytest.raises(QueueClosedError):
-        await redis_queue.receive("c1", max_messages=1, wait_seconds=0)
+        await redis_queue.receive("c1", max_messages=1, wait_seconds=0, lease_seconds=60)
     with pytest.raises(QueueClosedError):
         await redis_queue.ack([delivery])
     with pytest.raises(QueueClosedError):
         await redis_queue.stats()
     with pytest.raises(QueueClosedError):
-        await redis_queue.reclaim("c1", idle_seconds=1, max_messages=1)
+        await redis_queue.reclaim("c1", lease_seconds=1, max_messages=1)
 
 
 async def test_aclose_wakes_a_blocked_receive(redis_queue: RedisStreamsQueue) -> None:
     await redis_queue.initialize()
-    waiter = asyncio.create_task(redis_queue.receive("c1", max_messages=1, wait_seconds=30))
+    waiter = asyncio.create_task(
+        redis_queue.receive("c1", max_messages=1, wait_seconds=30, lease_seconds=60)
+    )
     await asyncio.sleep(0.1)  # let it block
 
     await redis_queue.aclose()
@@ -286,19 +292,21 @@ async def test_aclose_leaves_an_injected_client_open(redis_url: str, redis_names
 
 
 async def test_cancelled_receive_loses_no_message(redis_queue: RedisStreamsQueue) -> None:
-    waiter = asyncio.create_task(redis_queue.receive("c1", max_messages=1, wait_seconds=30))
+    waiter = asyncio.create_task(
+        redis_queue.receive("c1", max_messages=1, wait_seconds=30, lease_seconds=60)
+    )
     await asyncio.sleep(0.1)  # let it block
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
 
     [message_id] = await redis_queue.add([b"after"])
-    got = await redis_queue.receive("c2", max_messages=1, wait_seconds=2)
+    got = await redis_queue.receive("c2", max_messages=1, wait_seconds=2, lease_seconds=60)
     if not got:
         # The server may still have served the cancelled read (not cancel-safe):
         # the message is then leased to c1 and reclaim must find it.
         await age_lease(redis_queue, message_id, 120)
-        got = await redis_queue.reclaim("c2", idle_seconds=60, max_messages=1)
+        got = await redis_queue.reclaim("c2", lease_seconds=60, max_messages=1)
 
     assert [d.message_id for d in got] == [message_id]
 
@@ -309,8 +317,9 @@ async def test_capabilities_and_requires_heartbeat(redis_queue: RedisStreamsQueu
     assert redis_queue.requires_heartbeat is True
     assert capabilities.blocking_receive
     assert not capabilities.cancel_safe_receive
-    assert capabilities.admin
     assert capabilities.shared_across_instances
+    assert redis_queue.admin is redis_queue
+    assert redis_queue.consumer_cleanup is redis_queue
 
 
 def test_receipts_and_deliveries_are_plain_values() -> None:
@@ -338,7 +347,9 @@ async def test_client_protocol_and_decoding_settings_do_not_matter(
         body = bytes(range(256))
         await queue.add([body])
         first = await receive_one(queue, "a")
-        waiter = asyncio.create_task(queue.receive("a", max_messages=2, wait_seconds=10))
+        waiter = asyncio.create_task(
+            queue.receive("a", max_messages=2, wait_seconds=10, lease_seconds=60)
+        )
         await asyncio.sleep(0.05)  # let it block, so the XREADGROUP reply is parsed
         await queue.add([b"second"])
         second = await waiter

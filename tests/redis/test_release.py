@@ -39,12 +39,12 @@ async def test_release_with_delay_is_not_redelivered_before_the_delay(
 
     assert await redis_queue.release([first], delay_seconds=delay) == []
 
-    assert await redis_queue.receive("b", max_messages=1, wait_seconds=0) == []
-    assert await redis_queue.reclaim("b", idle_seconds=0.001, max_messages=1) == []
+    assert await redis_queue.receive("b", max_messages=1, wait_seconds=0, lease_seconds=300) == []
+    assert await redis_queue.reclaim("b", lease_seconds=0.001, max_messages=1) == []
     stats = await redis_queue.stats()
-    assert (stats.ready, stats.in_flight) == (1, 0)
+    assert (stats.ready, stats.delayed, stats.in_flight) == (0, 1, 0)
     [again] = await eventually(
-        lambda: redis_queue.receive("b", max_messages=1, wait_seconds=0.5),
+        lambda: redis_queue.receive("b", max_messages=1, wait_seconds=0.5, lease_seconds=300),
         bool,
         what="released message redelivered",
     )
@@ -61,7 +61,7 @@ async def test_blocking_receive_wakes_when_a_delayed_message_is_due(
     start = time.monotonic()  # before the server computes the due time
     await redis_queue.release([first], delay_seconds=0.3)
 
-    deliveries = await redis_queue.receive("b", max_messages=1, wait_seconds=20)
+    deliveries = await redis_queue.receive("b", max_messages=1, wait_seconds=20, lease_seconds=300)
 
     assert [d.delivery_count for d in deliveries] == [2]
     assert 0.3 <= time.monotonic() - start < 15
@@ -75,7 +75,7 @@ async def test_released_message_keeps_counting_across_release_and_reclaim(
     await redis_queue.release([d1])
     d2 = await receive_one(redis_queue, "a")
     await age_lease(redis_queue, d2, 600)
-    [d3] = await redis_queue.reclaim("b", idle_seconds=300, max_messages=1)
+    [d3] = await redis_queue.reclaim("b", lease_seconds=300, max_messages=1)
     await redis_queue.release([d3])
     d4 = await receive_one(redis_queue, "c")
 
@@ -98,7 +98,8 @@ async def test_release_of_a_stale_receipt_leaves_the_message_alone(
     assert await redis_queue.release([first], delay_seconds=5) == [first]
 
     assert [
-        d.delivery_count for d in await redis_queue.receive("b", max_messages=5, wait_seconds=0)
+        d.delivery_count
+        for d in await redis_queue.receive("b", max_messages=5, wait_seconds=0, lease_seconds=300)
     ] == [2]
 
 

@@ -22,7 +22,7 @@ from taskrunner.queue import Delivery
 from taskrunner_backends.redis import RedisStreamsQueue
 from taskrunner_backends.redis.testing import age_lease
 
-from .helpers import eventually, open_queue, pending_of
+from .helpers import eventually, holder, open_queue, pending_of
 
 pytestmark = pytest.mark.redis
 
@@ -49,10 +49,12 @@ class StallableQueue(RedisStreamsQueue):
             self.heartbeats_in_flight -= 1
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
         await self.link.wait()
-        return await super().reclaim(consumer, idle_seconds=idle_seconds, max_messages=max_messages)
+        return await super().reclaim(
+            consumer, lease_seconds=lease_seconds, max_messages=max_messages
+        )
 
 
 async def test_late_ack_and_stale_heartbeat_after_takeover_report_lost_and_spare_the_new_owner(
@@ -102,7 +104,10 @@ async def test_late_ack_and_stale_heartbeat_after_takeover_report_lost_and_spare
         await eventually(_now(a), lambda r: r.stats().in_flight == 0, what="A's tasks returned")
 
         for name in ("late-ack", "stale-beat"):
-            assert await pending_of(a_queue, started[(name, 2)][1]) == (b_owner, 2)
+            assert await pending_of(a_queue, started[(name, 2)][1]) == (
+                holder(b_owner, config.lease_seconds),
+                2,
+            )
         assert await a_queue.len() == 2
 
         gates[("late-ack", 2)].set()

@@ -21,8 +21,8 @@ def _info(instance: str, workers: int = 4, busy: int = 1) -> WorkerInfo:
     )
 
 
-async def test_capability_is_claimed(redis_queue: RedisStreamsQueue) -> None:
-    assert redis_queue.capabilities.worker_registry
+async def test_the_queue_offers_its_worker_registry(redis_queue: RedisStreamsQueue) -> None:
+    assert redis_queue.worker_registry is redis_queue
 
 
 async def test_published_workers_are_listed_and_refreshed_in_place(

@@ -7,7 +7,7 @@ import time
 
 from taskrunner.queue import Delivery
 
-from ..scenario import ConformanceBase, Scenario, as_admin, conformance
+from ..scenario import ConformanceBase, Scenario, conformance
 
 __all__ = ["DeliveryCases"]
 
@@ -63,7 +63,9 @@ class DeliveryCases(ConformanceBase):
         """``wait_seconds=0`` on an empty queue returns ``[]`` without error or delay."""
         started = time.monotonic()
 
-        got = await s.queue.receive(s.consumer("a"), max_messages=10, wait_seconds=0)
+        got = await s.queue.receive(
+            s.consumer("a"), max_messages=10, wait_seconds=0, lease_seconds=s.lease
+        )
 
         assert got == []
         assert time.monotonic() - started < s.grace, (
@@ -78,7 +80,9 @@ class DeliveryCases(ConformanceBase):
         finished: list[float] = []
         started = s.now()
         task = asyncio.create_task(
-            s.queue.receive(s.consumer("a"), max_messages=1, wait_seconds=wait)
+            s.queue.receive(
+                s.consumer("a"), max_messages=1, wait_seconds=wait, lease_seconds=s.lease
+            )
         )
         task.add_done_callback(lambda _: finished.append(s.now()))
 
@@ -102,7 +106,9 @@ class DeliveryCases(ConformanceBase):
         s.require_capability("blocking_receive")
         consumer_handle = await s.open()
         task = asyncio.create_task(
-            consumer_handle.receive(s.consumer("a"), max_messages=1, wait_seconds=10 * s.lease)
+            consumer_handle.receive(
+                s.consumer("a"), max_messages=1, wait_seconds=10 * s.lease, lease_seconds=s.lease
+            )
         )
         await s.advance(0.1 * s.lease)
         assert not task.done(), "blocking receive returned before anything was added"
@@ -129,12 +135,16 @@ class DeliveryCases(ConformanceBase):
         for _ in range(20):
             if len(seen) == len(ids):
                 break
-            got = await s.queue.receive(consumer, max_messages=3, wait_seconds=0)
+            got = await s.queue.receive(
+                consumer, max_messages=3, wait_seconds=0, lease_seconds=s.lease
+            )
             assert 1 <= len(got) <= 3, (
                 f"receive(max_messages=3) returned {len(got)} with {len(ids) - len(seen)} ready"
             )
             seen.extend(got)
-        after = await s.queue.receive(consumer, max_messages=3, wait_seconds=0)
+        after = await s.queue.receive(
+            consumer, max_messages=3, wait_seconds=0, lease_seconds=s.lease
+        )
 
         assert sorted(_ids(seen)) == sorted(ids), "not every message was delivered exactly once"
         assert after == [], "receive returned in-flight messages again"
@@ -143,7 +153,9 @@ class DeliveryCases(ConformanceBase):
         limit = s.capabilities.max_batch
         if limit is not None:
             await s.add([b"x"] * (limit + 2))
-            got = await s.queue.receive(consumer, max_messages=limit + 2, wait_seconds=0)
+            got = await s.queue.receive(
+                consumer, max_messages=limit + 2, wait_seconds=0, lease_seconds=s.lease
+            )
             assert 1 <= len(got) <= limit, (
                 f"receive(max_messages={limit + 2}) returned {len(got)}; max_batch is {limit}"
             )
@@ -163,10 +175,10 @@ class DeliveryCases(ConformanceBase):
         assert await late.ack(got) == []
 
     @conformance("P7")
-    async def test_len_counts_ready_plus_in_flight_messages_dead_letters_are_not_counted(
+    async def test_len_counts_ready_delayed_and_in_flight_messages_dead_letters_are_not_counted(
         self, s: Scenario
     ) -> None:
-        """Len follows ready + in-flight through add, receive, ack and dead-letter (5, 5, 3, 2)."""
+        """Len follows add, receive, ack, dead-letter and a delayed release (5, 5, 3, 2, 2)."""
         other = await s.open()
         consumer = s.consumer("a")
 
@@ -182,16 +194,25 @@ class DeliveryCases(ConformanceBase):
         assert await s.queue.len() == 2, "after dead-lettering 1 of the 3 left"
 
         stats = await other.stats()
-        assert stats.ready + stats.in_flight == 2, f"stats disagree with len: {stats}"
+        assert (stats.ready, stats.delayed, stats.in_flight) == (2, 0, 0), (
+            f"stats disagree with len: {stats}"
+        )
         assert stats.dead == 1, f"stats.dead is {stats.dead}, one message was dead-lettered"
+
+        held = await s.receive_n(s.queue, consumer, 2)
+        assert await s.queue.release(held[:1], delay_seconds=10 * s.lease) == []
+        assert await s.queue.len() == 2, "after releasing 1 of 2 in flight with a long delay"
+        stats = await other.stats()
+        assert (stats.ready, stats.delayed, stats.in_flight) == (0, 1, 1), (
+            f"stats do not classify a delayed and an in-flight message: {stats}"
+        )
 
     @conformance("P8")
     async def test_purge_deletes_ready_and_in_flight_messages_and_their_receipts_report_lost(
         self, s: Scenario
     ) -> None:
         """QueueAdmin.purge (the contract's delete) empties the queue; old receipts report lost."""
-        s.require_capability("admin")
-        admin = as_admin(s.queue)
+        admin = s.require_admin()
         consumer = s.consumer("a")
         await s.add([b"one", b"two", b"three"])
         leased = await s.receive_n(s.queue, consumer, 1)
@@ -200,7 +221,10 @@ class DeliveryCases(ConformanceBase):
 
         assert purged == 3, f"purge() returned {purged}; 2 ready + 1 in flight were purged"
         assert await s.queue.len() == 0
-        assert await s.queue.receive(consumer, max_messages=10, wait_seconds=0) == []
+        assert (
+            await s.queue.receive(consumer, max_messages=10, wait_seconds=0, lease_seconds=s.lease)
+            == []
+        )
         assert await s.queue.heartbeat(leased) == leased, "heartbeat of a purged message"
         assert await s.queue.ack(leased) == leased, "ack of a purged message"
         ids = await s.add([b"after purge"])
@@ -220,7 +244,34 @@ class DeliveryCases(ConformanceBase):
 
         got: list[Delivery] = []
         for size in (1, 3, 1, 5, 10):
-            got += await s.queue.receive(consumer, max_messages=size, wait_seconds=0)
+            got += await s.queue.receive(
+                consumer, max_messages=size, wait_seconds=0, lease_seconds=s.lease
+            )
         got += await s.receive_n(s.queue, consumer, len(ids) - len(got))
 
         assert _ids(got) == ids, "messages were not received in the order they were added"
+
+    @conformance("X8")
+    async def test_message_ids_are_unique_within_the_queue_and_never_reused(
+        self, s: Scenario
+    ) -> None:
+        """Ids of acked, dead-lettered, purged and retried messages never come back."""
+        consumer = s.consumer("a")
+        seen = await s.add([f"first {i}".encode() for i in range(4)])
+        assert len(set(seen)) == 4, f"one add returned duplicate ids {seen}"
+        held = await s.receive_n(s.queue, consumer, 4)
+        by_id = {d.message_id: d for d in held}
+        acked, dead, *rest = (by_id[i] for i in seen)
+        assert await s.queue.ack([acked]) == []
+        assert await s.queue.dead_letter([dead], reason="for the test") == []
+        admin = s.queue.admin
+        if admin is not None:
+            (letter,) = await admin.list_dead_letters()
+            seen += await admin.retry_dead_letters([letter.message_id])
+            await admin.purge()
+        else:
+            assert await s.queue.ack(rest) == []
+        later = await s.add([f"later {i}".encode() for i in range(4)])
+        reused = set(later) & set(seen)
+        assert not reused, f"id(s) {sorted(reused)} were issued again"
+        assert len(set(seen)) == len(seen), f"retry reused an id: {seen}"

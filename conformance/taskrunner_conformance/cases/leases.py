@@ -171,7 +171,7 @@ class LeaseCases(ConformanceBase):
             rounds_left -= 1
             rounds = await asyncio.gather(
                 *(
-                    h.reclaim(n, idle_seconds=s.lease, max_messages=7)
+                    h.reclaim(n, lease_seconds=s.lease, max_messages=7)
                     for h, n in zip(handles, names, strict=True)
                 )
             )
@@ -185,7 +185,7 @@ class LeaseCases(ConformanceBase):
         assert {d.delivery_count for d in taken} == {2}, "counts must rise by exactly one"
         again = await asyncio.gather(
             *(
-                h.reclaim(n, idle_seconds=s.lease, max_messages=50)
+                h.reclaim(n, lease_seconds=s.lease, max_messages=50)
                 for h, n in zip(handles, names, strict=True)
             )
         )
@@ -226,7 +226,7 @@ class LeaseCases(ConformanceBase):
                 f"{bound} reclaim calls found only {len(found & wanted)} of 5 lapsed messages "
                 f"behind {live_count} live ones"
             )
-            got = await other.reclaim(s.consumer("sweeper"), idle_seconds=s.lease, max_messages=5)
+            got = await other.reclaim(s.consumer("sweeper"), lease_seconds=s.lease, max_messages=5)
             stolen = {d.message_id for d in got} - wanted
             assert not stolen, f"reclaim took {len(stolen)} live message(s)"
             found.update(d.message_id for d in got)
@@ -248,3 +248,60 @@ class LeaseCases(ConformanceBase):
             (again,) = await s.collect(s.queue, s.consumer("b"), set(ids))
         assert again.delivery_count == 2, f"count {again.delivery_count} after 20 heartbeats"
         assert await s.queue.ack([again]) == []
+
+    @conformance("X5")
+    async def test_lease_lasts_the_lease_seconds_its_holder_was_granted_whatever_the_reclaimer_s_own_lease(  # noqa: E501 - reads as the contract sentence
+        self, s: Scenario
+    ) -> None:
+        """A long lease outlives short-lease reclaimers; a short one lapses for long-lease ones.
+
+        Catches a backend that judges leases by the reclaimer's ``lease_seconds``, or
+        by one fixed setting, instead of by what each holder was granted.
+        """
+        s.require_heartbeat()
+        long_lease = 3 * s.lease
+        long_id, short_id = await s.add([b"granted a long lease", b"granted a short lease"])
+        (long,) = await s.receive_n(s.queue, s.consumer("patient"), 1, lease=long_lease)
+        (short,) = await s.receive_n(s.queue, s.consumer("hasty"), 1)
+        assert (long.message_id, short.message_id) == (long_id, short_id)
+
+        # Past the short lease, well inside the long one.
+        await s.age(s.queue, [long, short], s.lapse_age)
+        other = await s.open()
+        taken = await s.reclaim_ids(
+            other, s.consumer("long-reclaimer"), {short_id}, lease=long_lease
+        )
+        assert long_id not in {d.message_id for d in taken}, (
+            f"a lease of {long_lease:g}s was reclaimed after {s.lapse_age:g}s idle"
+        )
+        await s.nothing_for(other, s.consumer("short-reclaimer"), {long_id})
+        assert await other.ack(taken) == []
+
+        assert await s.queue.heartbeat([long]) == [], "the long lease was lost"
+        await s.age(s.queue, [long], long_lease - s.margin)
+        await s.nothing_for(other, s.consumer("short-reclaimer"), {long_id})
+        await s.age(s.queue, [long], long_lease + s.margin)
+        (again,) = await s.reclaim_ids(other, s.consumer("short-reclaimer"), {long_id})
+        assert again.delivery_count == 2
+        assert await s.queue.heartbeat([long]) == [long], "the reclaimed lease still heartbeats"
+        assert await other.ack([again]) == []
+
+    @conformance("X6")
+    async def test_receive_never_returns_a_message_whose_lease_lapsed_only_reclaim_does(
+        self, s: Scenario
+    ) -> None:
+        """A lapsed, unclaimed lease stays out of receive (any handle) until reclaimed."""
+        s.require_heartbeat()
+        (message_id,) = await s.add([b"lapsed"])
+        held = await s.receive_n(s.queue, s.consumer("gone"), 1)
+        await s.lapse(s.queue, held)
+        other = await s.open()
+        receiver = s.consumer("receiver")
+        for handle in (s.queue, other):
+            got = await handle.receive(
+                receiver, max_messages=10, wait_seconds=0, lease_seconds=s.lease
+            )
+            assert not got, f"receive returned lapsed message(s) {[d.message_id for d in got]}"
+        (taken,) = await s.reclaim_ids(other, s.consumer("reclaimer"), {message_id})
+        assert taken.delivery_count == 2
+        assert await other.ack([taken]) == []

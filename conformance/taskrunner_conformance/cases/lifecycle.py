@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import cast
 
 from taskrunner.errors import QueueClosedError
-from taskrunner.queue import ConsumerCleanup, Delivery
+from taskrunner.queue import Delivery
 
 from ..scenario import ConformanceBase, Scenario, conformance
 
@@ -67,9 +66,10 @@ class LifecycleCases(ConformanceBase):
             assert listed[idle_name] == 3, (
                 f"stats lists the idle consumer with {listed[idle_name]} pending, not 3"
             )
-        if s.queue.capabilities.consumer_cleanup:
+        cleanup = s.queue.consumer_cleanup
+        if cleanup is not None:
             # The backend's consumer clean-up, at its most eager, must spare the holder.
-            removed = await cast(ConsumerCleanup, s.queue).remove_idle_consumers(0)
+            removed = await cleanup.remove_idle_consumers(0)
             assert idle_name not in removed, "clean-up removed a consumer holding messages"
             assert churners[0] in removed, "clean-up kept an idle consumer holding none"
         taken = await s.reclaim_ids(s.queue, s.consumer("rescuer"), set(ids))
@@ -77,7 +77,7 @@ class LifecycleCases(ConformanceBase):
         assert await s.queue.ack(taken) == []
 
     @conformance("P25")
-    async def test_released_message_is_delivered_again_after_its_delay_with_its_delivery_count_plus_1(  # noqa: E501 - reads as the contract sentence
+    async def test_released_message_is_delivered_again_by_receive_after_its_delay_with_its_delivery_count_plus_1(  # noqa: E501 - reads as the contract sentence
         self, s: Scenario
     ) -> None:
         """Released with no delay it comes back at once; with a delay, not before the delay."""
@@ -89,7 +89,8 @@ class LifecycleCases(ConformanceBase):
         taker = s.consumer("b")
 
         assert await s.queue.release([now]) == []
-        (again,) = [d for d in await s.collect(other, taker, {now_id}) if d.message_id == now_id]
+        (again,) = await s.receive_n(other, taker, 1)
+        assert again.message_id == now_id
         assert again.delivery_count == 2, f"redelivered with count {again.delivery_count}"
         assert again.body == b"retry now"
         assert await s.queue.release([now]) == [now], "a redelivered message's old receipt worked"
@@ -98,8 +99,8 @@ class LifecycleCases(ConformanceBase):
         assert await s.queue.release([later], delay_seconds=delay) == []
         await s.nothing_for(other, s.consumer("early"), {later_id})
         await s.advance(delay + s.margin)
-        got = await s.collect(other, taker, {later_id})
-        (late,) = [d for d in got if d.message_id == later_id]
+        (late,) = await s.receive_n(other, taker, 1)
+        assert late.message_id == later_id
         assert late.delivery_count == 2
         assert await other.ack([again, late]) == []
         assert await other.len() == 0
@@ -118,11 +119,13 @@ class LifecycleCases(ConformanceBase):
 
         calls: dict[str, Callable[[], Awaitable[object]]] = {
             "add": lambda: closing.add([b"x"]),
-            "receive": lambda: closing.receive("a", max_messages=1, wait_seconds=0),
+            "receive": lambda: closing.receive(
+                "a", max_messages=1, wait_seconds=0, lease_seconds=s.lease
+            ),
             "heartbeat": lambda: closing.heartbeat([held]),
             "ack": lambda: closing.ack([held]),
             "release": lambda: closing.release([held]),
-            "reclaim": lambda: closing.reclaim("a", idle_seconds=s.lease, max_messages=1),
+            "reclaim": lambda: closing.reclaim("a", lease_seconds=s.lease, max_messages=1),
             "dead_letter": lambda: closing.dead_letter([held], reason="closed"),
             "stats": closing.stats,
             "len": closing.len,
@@ -144,7 +147,12 @@ class LifecycleCases(ConformanceBase):
         s.require_capability("cancel_safe_receive")
         waiting = await s.open()
         task = asyncio.create_task(
-            waiting.receive(s.consumer("cancelled"), max_messages=1, wait_seconds=10 * s.lease)
+            waiting.receive(
+                s.consumer("cancelled"),
+                max_messages=1,
+                wait_seconds=10 * s.lease,
+                lease_seconds=s.lease,
+            )
         )
         await s.advance(0.1 * s.lease)
 
@@ -162,3 +170,35 @@ class LifecycleCases(ConformanceBase):
             got = await s.receive_n(s.queue, s.consumer("next"), 1)
             assert [d.message_id for d in got] == ids
             assert await s.queue.ack(got) == []
+
+    @conformance("X7")
+    async def test_released_delivery_s_receipt_is_stale_from_the_release_on_even_before_redelivery(
+        self, s: Scenario
+    ) -> None:
+        """Every lease operation with a released receipt reports lost, before and after."""
+        (message_id,) = await s.add([b"released"])
+        consumer = s.consumer("same")
+        (released,) = await s.receive_n(s.queue, consumer, 1)
+        delay = 2 * s.lease
+        assert await s.queue.release([released], delay_seconds=delay) == []
+
+        async def all_report_lost(when: str) -> None:
+            assert await s.queue.heartbeat([released]) == [released], f"heartbeat {when}"
+            assert await s.queue.release([released]) == [released], f"release {when}"
+            assert await s.queue.dead_letter([released], reason="stale") == [released], (
+                f"dead_letter {when}"
+            )
+            assert await s.queue.ack([released]) == [released], f"ack {when}"
+
+        await all_report_lost("before redelivery")
+        stats = await s.queue.stats()
+        assert (stats.delayed, stats.in_flight, stats.dead) == (1, 0, 0), (
+            f"a stale receipt changed the released message: {stats}"
+        )
+        await s.advance(delay + s.margin)
+        (again,) = await s.receive_n(s.queue, consumer, 1)
+        assert again.message_id == message_id
+        assert again.delivery_count == 2
+        await all_report_lost("after redelivery to the same consumer")
+        assert await s.queue.heartbeat([again]) == [], "stale calls took the new lease"
+        assert await s.queue.ack([again]) == []

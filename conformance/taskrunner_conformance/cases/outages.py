@@ -100,8 +100,10 @@ class OutageCases(ConformanceBase):
         }
         must_raise: dict[str, Callable[[], Awaitable[object]]] = {
             "add": lambda: queue.add([b"during the outage"]),
-            "receive": lambda: queue.receive(consumer, max_messages=1, wait_seconds=0),
-            "reclaim": lambda: queue.reclaim(consumer, idle_seconds=s.lease, max_messages=1),
+            "receive": lambda: queue.receive(
+                consumer, max_messages=1, wait_seconds=0, lease_seconds=s.lease
+            ),
+            "reclaim": lambda: queue.reclaim(consumer, lease_seconds=s.lease, max_messages=1),
             "len": queue.len,
             "stats": queue.stats,
         }

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from typing import cast
-
-from taskrunner.queue import Queue, WorkerInfo, WorkerRegistry
+from taskrunner.queue import WorkerInfo
 
 from ..scenario import ConformanceBase, Scenario, conformance
 
 __all__ = ["RegistryCases"]
-
-
-def _registry(queue: Queue) -> WorkerRegistry:
-    missing = [
-        name
-        for name in ("publish_worker", "remove_worker", "live_workers")
-        if not callable(getattr(queue, name, None))
-    ]
-    assert not missing, f"capabilities.worker_registry is claimed but the queue lacks {missing}"
-    return cast(WorkerRegistry, queue)
 
 
 def _view(infos: list[WorkerInfo]) -> dict[str, tuple[int, int, float | None]]:
@@ -33,8 +21,7 @@ class RegistryCases(ConformanceBase):
         self, s: Scenario
     ) -> None:
         """Publish refreshes in place, remove is idempotent, an unrefreshed entry expires."""
-        s.require_capability("worker_registry")
-        mine, theirs = _registry(s.queue), _registry(await s.open())
+        mine, theirs = s.require_registry(), s.require_registry(await s.open())
         ttl = s.lease
         now = 1_767_225_600.0
         await mine.publish_worker(

@@ -7,6 +7,8 @@ keeps them in one slot and every Lua script may touch all of them::
     {namespace}:{{{queue}}}:dead      dead letters (a stream, oldest first)
     {namespace}:{{{queue}}}:delayed   released messages not yet due (zset: due ms -> parked id)
     {namespace}:{{{queue}}}:parked    the bodies of those messages (a stream)
+    {namespace}:{{{queue}}}:origins   re-added entries of released messages
+                                       (hash: entry id -> "message id/earlier deliveries")
     {namespace}:{{{queue}}}:workers   live worker processes (hash: instance -> entry)
 
 The consumer group on the stream is always `GROUP`. Everything a namespace owns
@@ -85,6 +87,16 @@ class QueueKeys:
         return f"{self._prefix}:parked"
 
     @property
+    def origins(self) -> str:
+        """The hash naming the message and earlier delivery count of each re-added entry.
+
+        Released messages come back as new stream entries; the entry's own fields say
+        where it came from, but when the entry is deleted underneath a lease this hash
+        still lets the dead letter name the right message and delivery count.
+        """
+        return f"{self._prefix}:origins"
+
+    @property
     def workers(self) -> str:
         """The hash of worker-registry entries (instance -> expiry and `WorkerInfo` JSON)."""
         return f"{self._prefix}:workers"
@@ -95,10 +107,15 @@ class QueueKeys:
         return GROUP
 
     @property
-    def all(self) -> tuple[str, str, str, str]:
+    def all(self) -> tuple[str, str, str, str, str]:
         """The message keys, in the order the Lua scripts expect them in KEYS.
 
         The worker registry (`workers`) is not among them: purging a queue leaves
         the registry alone.
         """
-        return (self.stream, self.dead, self.delayed, self.parked)
+        return (self.stream, self.dead, self.delayed, self.parked, self.origins)
+
+    @property
+    def every_key(self) -> tuple[str, ...]:
+        """Every key the queue may own, the worker registry included (for deleting it)."""
+        return (*self.all, self.workers)

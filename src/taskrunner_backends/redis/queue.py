@@ -1,10 +1,19 @@
 """`RedisStreamsQueue`: the `taskrunner.queue.Queue` contract over Redis Streams.
 
 How it works. A queue is one stream read through one consumer group (created at id
-``0`` with MKSTREAM, so a backlog added before any worker started is delivered; a
-vanished group is recreated the same way). `receive` is ``XREADGROUP >``, so a lease is
-a pending-entries-list (PEL) entry and its age is the entry's idle time, measured on
-the server's clock. Heartbeat, ack, release and dead-letter run in one Lua script
+``0`` by the first receive or reclaim, so a backlog added before any worker started is
+delivered; a vanished group is recreated the same way; opening a queue creates
+nothing). `receive` is ``XREADGROUP >``, so a lease is a pending-entries-list (PEL)
+entry and its age is the entry's idle time, measured on the server's clock.
+
+Leases travel with the holder. The group consumer that holds a lease is named
+``<consumer>~<lease ms>``: the caller's consumer name plus the lease it was granted.
+`reclaim` scans the PEL and claims an entry only when its idle time exceeds the lease
+in its holder's name, so runners with different lease settings never take each
+other's heartbeated messages, at no cost per message. Receipts carry the lease in
+their token, so the fenced scripts address the right group consumer.
+
+Fencing. Heartbeat, ack, release and dead-letter run in one Lua script
 (``lua/fenced.lua``) that first probes the entry with ``XPENDING id id 1`` and acts
 only if the owner *and* the delivery count still match the receipt: XCLAIM checks no
 owner and XACK is silent, so without the probe a stale holder could steal a message
@@ -15,10 +24,9 @@ Ack deletes the entry in the same script (``XACKDEL`` where the server has it, f
 with COMMAND INFO; ``XACK`` + ``XDEL`` otherwise), so the stream holds only ready and
 in-flight messages and never grows with completed work.
 
-Release with a delay. The backend does not know the lease the reclaimers use (each
-`reclaim` call passes its own ``idle_seconds``), so the "XCLAIM to self with IDLE =
-lease - delay" trick would redeliver too early whenever a reclaimer uses a shorter
-idle time. Instead, release atomically removes the entry and re-adds the message:
+Release with a delay. Release atomically removes the entry and re-adds the message
+(an XCLAIM with a shifted IDLE would hand it to `reclaim`, and the contract says
+released messages come back through `receive`):
 with no delay straight onto the stream, with a delay into a parked stream plus a
 sorted set keyed by the due time (server clock). `receive` promotes due messages
 in the same script that reads new entries and never blocks past the next due time,
@@ -27,16 +35,18 @@ so a released message is redelivered no earlier than its delay and is never lost
 original message id (field ``i``) and its delivery count so far (field ``n``): the
 `Delivery` keeps the message id `Queue.add` returned, and its delivery count goes on
 from where it was (+1). The price: a released message goes to the back of the queue,
-and the receipt's token names the current stream entry.
+and the receipt's token names the current stream entry. The hash ``origins`` maps each
+re-added entry to its message id and earlier count until it completes, so a dead letter
+of an entry deleted underneath still names the right message.
 
-Reclaim. ``XAUTOCLAIM`` inspects at most ten entries per requested message, so a
-reclaimer that always starts at ``0-0`` never reaches lapsed entries behind many live
-ones. `reclaim` keeps the cursor on the queue object and restarts at ``0-0`` only when
-the server says the scan wrapped; one call loops within `RECLAIM_SCAN_BUDGET`. Ids
-whose payload was deleted (XAUTOCLAIM's third reply element, 7.0+) are recorded as dead
-letters ("payload removed from the stream while pending"), and entries that are not
-taskrunner messages (no ``b`` field, malformed ``i``/``n``) are dead-lettered with the
-reason by `receive` and `reclaim` alike: never returned, never looping.
+Reclaim. `reclaim` pages through the PEL with ``XPENDING`` from a cursor kept on the
+queue object (restarting at the oldest entry when it reaches the end), at most
+`RECLAIM_SCAN_BUDGET` entries per call, so lapsed entries behind many live ones are
+found. Entries whose payload was deleted (XCLAIM drops them, 7.0+) are recorded as dead
+letters ("payload removed from the stream while pending") with their message id and
+real delivery count, and entries that are not taskrunner messages (no ``b`` field,
+malformed ``i``/``n``) are dead-lettered with the reason by `receive` and `reclaim`
+alike: never returned, never looping.
 
 Worker registry. ``publish_worker`` writes one field per worker process into the hash
 ``workers`` (see `keys`), its value carrying an expiry time taken from the server's
@@ -70,7 +80,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import redis.asyncio as aioredis
@@ -86,12 +96,15 @@ from taskrunner.errors import (
 )
 from taskrunner.queue import (
     Capabilities,
+    ConsumerCleanup,
     ConsumerStats,
     DeadLetter,
     Delivery,
+    QueueAdmin,
     QueueStats,
     Receipt,
     WorkerInfo,
+    WorkerRegistry,
 )
 
 from .client import Arg, RawClient
@@ -116,7 +129,7 @@ __all__ = [
 
 _log = logging.getLogger("taskrunner_backends.redis")
 
-# Most PEL entries one `reclaim` call lets XAUTOCLAIM inspect (count); bounds the time
+# Most PEL entries one `reclaim` call inspects (count); bounds the time
 # one script holds the server while still reaching lapsed entries behind live ones.
 RECLAIM_SCAN_BUDGET = 2000
 
@@ -144,6 +157,7 @@ _GONE_REASON = "payload removed from the stream while pending"
 
 _STREAM_ID = re.compile(rb"[0-9]{1,20}-[0-9]{1,20}")
 _STREAM_ID_TEXT = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_LEASE_SUFFIX = re.compile(r"~[0-9]+$")
 
 _CAPABILITIES = Capabilities(
     blocking_receive=True,
@@ -155,11 +169,11 @@ _CAPABILITIES = Capabilities(
     durable_enqueue=False,
     shared_across_instances=True,
     max_batch=None,
-    admin=True,
-    worker_registry=True,
-    consumer_cleanup=True,
     lease_precision_seconds=0.05,
 )
+
+# Longest lease or delay the backend represents exactly (ms; Lua numbers are doubles).
+_MAX_MS = 2**52
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +229,7 @@ def check_server(info: dict[str, str]) -> ServerInfo:
         raise UnsupportedServerError(
             f"{found} is too old: taskrunner's Redis Streams backend needs "
             f"{name.capitalize()} >= {'.'.join(map(str, minimum[:2]))} "
-            "(XAUTOCLAIM's deleted-ids reply, skipping of deleted entries by XCLAIM, "
+            "(skipping of deleted entries by XCLAIM, "
             "consumer-group lag)"
         )
     return found
@@ -310,25 +324,61 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
     return _Message(entry_id=entry_id, body=seen[b"b"], message_id=message_id, base_count=base)
 
 
-def _token(message: _Message | _Malformed, base: int) -> str:
+def _token(message: _Message | _Malformed, base: int, lease_ms: int) -> str:
     if isinstance(message, _Message) and message.entry_id == message.message_id and base == 0:
-        return ""
-    return f"{message.entry_id}/{base}"
+        return str(lease_ms)
+    return f"{lease_ms}:{message.entry_id}/{base}"
 
 
-def _locate(delivery: Delivery) -> tuple[str, int] | None:
-    """The stream entry id and base delivery count a receipt refers to, if well formed."""
-    token = delivery.receipt.token
-    if not token:
+class _Located(NamedTuple):
+    entry_id: str
+    base: int
+    lease_ms: int
+
+
+def _locate(delivery: Delivery) -> _Located | None:
+    """The stream entry, base delivery count and lease a receipt refers to, if well formed.
+
+    Receipt tokens are ``LEASE_MS`` when the entry is the message's first one, else
+    ``LEASE_MS:ENTRY_ID/BASE`` (BASE: deliveries before the entry was re-added).
+    """
+    raw_lease, _, rest = delivery.receipt.token.partition(":")
+    if not raw_lease.isdigit() or len(raw_lease) > 16:
+        return None
+    if not rest:
         entry_id, base = delivery.message_id, 0
     else:
-        entry_id, _, raw_base = token.partition("/")
-        if not raw_base.isdigit():
+        entry_id, _, raw_base = rest.partition("/")
+        if not raw_base.isdigit() or len(raw_base) > 18:
             return None
         base = int(raw_base)
     if not _STREAM_ID_TEXT.fullmatch(entry_id):
         return None
-    return entry_id, base
+    return _Located(entry_id, base, int(raw_lease))
+
+
+def _holder(consumer: str, lease_ms: int) -> str:
+    """The Redis consumer name for `consumer` holding leases of `lease_ms`.
+
+    The lease travels in the name, so the reclaim script judges every pending entry
+    by its own holder's lease, and it costs nothing per message or per round trip.
+    """
+    return f"{consumer}~{lease_ms}"
+
+
+def _caller_name(holder: str) -> str:
+    """The consumer name as callers know it: the holder name without its lease suffix."""
+    return _LEASE_SUFFIX.sub("", holder)
+
+
+def _milliseconds(name: str, seconds: float, *, positive: bool) -> int:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(seconds).__name__}")
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {seconds}")
+    # Rounded up: a lease or delay is never shorter than asked for.
+    return min(_MAX_MS, math.ceil(seconds * 1000))
 
 
 def _check_count(name: str, value: int) -> None:
@@ -441,6 +491,9 @@ class RedisStreamsQueue:
         self._server: ServerInfo | None = None
         self._has_xackdel = False
         self._reclaim_cursor = "0-0"
+        # Whether this handle created (or found) the group: a later NOGROUP means it
+        # was deleted underneath, which is worth a warning; a first one is not.
+        self._group_created = False
         self._blocking: set[asyncio.Task[Any]] = set()
         self._cancelled_by_close: set[asyncio.Task[Any]] = set()
 
@@ -483,6 +536,21 @@ class RedisStreamsQueue:
         return _CAPABILITIES
 
     @property
+    def admin(self) -> QueueAdmin:
+        """This queue: dead letters, purge and delete are implemented."""
+        return self
+
+    @property
+    def worker_registry(self) -> WorkerRegistry:
+        """This queue: worker entries live in one hash per queue."""
+        return self
+
+    @property
+    def consumer_cleanup(self) -> ConsumerCleanup:
+        """This queue: consumers holding nothing can be deleted from the group."""
+        return self
+
+    @property
     def keys(self) -> QueueKeys:
         """The Redis keys of this queue."""
         return self._keys
@@ -500,7 +568,11 @@ class RedisStreamsQueue:
     # -- lifecycle ---------------------------------------------------------------------
 
     async def initialize(self) -> None:
-        """Check the server, detect optional commands, create the group; idempotent.
+        """Check the server, detect optional commands, load the scripts; idempotent.
+
+        Nothing is created here: the stream appears with the first `add`, the consumer
+        group with the first `receive` or `reclaim` (at id 0, so a backlog added
+        before it is delivered). Opening a queue only to inspect it leaves no key.
 
         Raises:
             UnsupportedServerError: Redis older than 7.0 or Valkey older than 7.2.
@@ -515,7 +587,6 @@ class RedisStreamsQueue:
             raw_info = await self._raw.call("INFO server", "INFO", "server")
             self._server = check_server(_parse_info(raw_info))
             self._has_xackdel = await self._supports("XACKDEL")
-            await self._create_group()
             # Loading up front keeps the first real calls at one round trip each.
             await self._raw.pipeline(
                 "SCRIPT LOAD", [("SCRIPT", "LOAD", s.source) for s in SCRIPTS.values()]
@@ -567,37 +638,40 @@ class RedisStreamsQueue:
         return ids
 
     async def receive(
-        self, consumer: str, *, max_messages: int, wait_seconds: float
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
         """Lease up to `max_messages` new messages to `consumer`, waiting up to `wait_seconds`.
 
         Due released messages are moved back onto the stream first. Entries that are
         not taskrunner messages are dead-lettered with the reason, never returned.
         Cancelling a waiting receive may leave entries leased to `consumer` that
-        only `reclaim` will find (``cancel_safe_receive`` is False).
+        only `reclaim` will find (``cancel_safe_receive`` is False). The leases are
+        held by the group consumer ``<consumer>~<lease ms>``.
 
         Raises:
-            ValueError: `max_messages` < 1 or `wait_seconds` < 0.
+            ValueError: `max_messages` < 1, `wait_seconds` < 0, `lease_seconds` <= 0,
+                or a duration that is not finite.
             BackendUnavailableError: The server could not be reached.
             QueueClosedError: The queue is or became closed.
         """
         _check_count("max_messages", max_messages)
         _check_consumer(consumer)
-        if not wait_seconds >= 0:
-            raise ValueError(f"wait_seconds must be >= 0, got {wait_seconds}")
+        _milliseconds("wait_seconds", wait_seconds, positive=False)
+        lease_ms = _milliseconds("lease_seconds", lease_seconds, positive=True)
         await self._ready()
+        holder = _holder(consumer, lease_ms)
         deadline = self._clock.monotonic() + wait_seconds
         while True:
             reply = await self._script(
                 "receive",
                 "receive",
                 self._keys.all,
-                (self._keys.group, consumer, max_messages, PROMOTE_BATCH),
+                (self._keys.group, holder, max_messages, PROMOTE_BATCH),
             )
             next_due_ms = _as_int(reply[0])
             entries = [(_as_str(reply[i]), reply[i + 1]) for i in range(1, len(reply), 2)]
             if entries:
-                deliveries = await self._accept(consumer, entries)
+                deliveries = await self._accept(consumer, lease_ms, entries)
                 if deliveries:
                     return deliveries
             remaining = deadline - self._clock.monotonic()
@@ -607,11 +681,11 @@ class RedisStreamsQueue:
             if next_due_ms >= 0:
                 # Wake up when the next released message is due (+1 ms: BLOCK rounds down).
                 block = min(remaining, (next_due_ms + 1) / 1000)
-            entries = await self._blocking_read(consumer, max_messages, block)
+            entries = await self._blocking_read(holder, max_messages, block)
             # Entries read after aclose stay leased until reclaimed; the caller is gone.
             self._check_open()
             if entries:
-                deliveries = await self._accept(consumer, entries)
+                deliveries = await self._accept(consumer, lease_ms, entries)
                 if deliveries:
                     return deliveries
             elif block >= remaining:
@@ -645,34 +719,36 @@ class RedisStreamsQueue:
             The deliveries whose lease was already lost; they are left untouched.
 
         Raises:
-            ValueError: `delay_seconds` < 0.
+            ValueError: `delay_seconds` < 0 or not finite.
         """
-        if not delay_seconds >= 0:
-            raise ValueError(f"delay_seconds must be >= 0, got {delay_seconds}")
-        return await self._fenced("release", deliveries, math.ceil(delay_seconds * 1000))
+        delay_ms = _milliseconds("delay_seconds", delay_seconds, positive=False)
+        return await self._fenced("release", deliveries, delay_ms)
 
     async def reclaim(
-        self, consumer: str, *, idle_seconds: float, max_messages: int
+        self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
-        """Lease to `consumer` messages idle for at least `idle_seconds` (XAUTOCLAIM cursor).
+        """Lease to `consumer` messages idle for longer than their holder's own lease.
+
+        One script scans up to `RECLAIM_SCAN_BUDGET` pending entries from where the
+        previous call of this handle stopped, reads each holder's lease from its
+        consumer name and claims the lapsed entries. A holder whose name carries no
+        lease (not written by this backend) is judged by `lease_seconds`.
 
         Raises:
-            ValueError: `idle_seconds` <= 0 or `max_messages` < 1.
+            ValueError: `lease_seconds` <= 0 or not finite, or `max_messages` < 1.
         """
-        if not idle_seconds > 0:
-            raise ValueError(f"idle_seconds must be > 0, got {idle_seconds}")
+        lease_ms = _milliseconds("lease_seconds", lease_seconds, positive=True)
         _check_count("max_messages", max_messages)
         _check_consumer(consumer)
         await self._ready()
-        min_idle_ms = max(1, math.ceil(idle_seconds * 1000))
         reply = await self._script(
             "reclaim",
             "reclaim",
-            self._keys.all[:2],
+            self._keys.all,
             (
                 self._keys.group,
-                consumer,
-                min_idle_ms,
+                _holder(consumer, lease_ms),
+                lease_ms,
                 max_messages,
                 self._reclaim_cursor,
                 RECLAIM_SCAN_BUDGET,
@@ -692,10 +768,10 @@ class RedisStreamsQueue:
             entry_id, pel_count = _as_str(reply[i]), _as_int(reply[i + 1])
             parsed = _parse_entry(entry_id, reply[i + 2])
             if isinstance(parsed, _Message):
-                deliveries.append(self._delivery(consumer, parsed, pel_count))
+                deliveries.append(self._delivery(consumer, lease_ms, parsed, pel_count))
             else:
                 malformed.append((parsed, pel_count))
-        await self._bury_malformed(consumer, malformed)
+        await self._bury_malformed(consumer, lease_ms, malformed)
         return deliveries
 
     async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
@@ -712,8 +788,8 @@ class RedisStreamsQueue:
         """A snapshot taken in one script: counts, ages (server clock) and consumers.
 
         ``ready`` counts entries not yet delivered (the group's lag; when the server
-        cannot compute it, stream length minus pending) plus released messages still
-        waiting for their delay. ``oldest_in_flight_age_seconds`` is the longest idle
+        cannot compute it, stream length minus pending); ``delayed`` the released
+        messages still waiting for their delay. ``oldest_in_flight_age_seconds`` is the longest idle
         time among the `STATS_PENDING_SAMPLE` oldest pending entries. A consumer's
         ``idle_seconds`` is the time since its last successful interaction where the
         server reports it (Redis and Valkey >= 7.2), else since its last attempt.
@@ -728,28 +804,32 @@ class RedisStreamsQueue:
         oldest_ready_age = None
         if oldest_ready_id:
             oldest_ready_age = max(0, now_ms - int(oldest_ready_id.split("-")[0])) / 1000
-        consumers = []
+        # One caller-visible consumer may hold leases of several lengths (one group
+        # consumer each): report it once, with the sum of pending and the least idle.
+        consumers: dict[str, ConsumerStats] = {}
         count = _as_int(r[8])
         for i in range(9, 9 + 4 * count, 4):
             idle_ms, inactive_ms = _as_int(r[i + 2]), _as_int(r[i + 3])
-            consumers.append(
-                ConsumerStats(
-                    name=_as_str(r[i]),
-                    pending=_as_int(r[i + 1]),
-                    idle_seconds=(inactive_ms if inactive_ms >= 0 else idle_ms) / 1000,
-                )
-            )
+            name = _caller_name(_as_str(r[i]))
+            pending_here = _as_int(r[i + 1])
+            idle = (inactive_ms if inactive_ms >= 0 else idle_ms) / 1000
+            seen = consumers.get(name)
+            if seen is not None:
+                pending_here += seen.pending
+                idle = min(idle, seen.idle_seconds if seen.idle_seconds is not None else idle)
+            consumers[name] = ConsumerStats(name=name, pending=pending_here, idle_seconds=idle)
         return QueueStats(
-            ready=ready + delayed,
+            ready=ready,
+            delayed=delayed,
             in_flight=pending,
             dead=dead,
             oldest_ready_age_seconds=oldest_ready_age,
             oldest_in_flight_age_seconds=None if max_idle_ms < 0 else max_idle_ms / 1000,
-            consumers=tuple(sorted(consumers, key=lambda c: c.name)),
+            consumers=tuple(consumers[name] for name in sorted(consumers)),
         )
 
     async def len(self) -> int:
-        """Ready (including delayed) plus in-flight messages, counted as `stats` counts them."""
+        """Ready, delayed and in-flight messages, counted as `stats` counts them."""
         await self._ready()
         r = await self._script("len", "stats", self._keys.all, (self._keys.group, 0, "counts"))
         lag, length, pending, _, delayed = (_as_int(v) for v in r[:5])
@@ -838,6 +918,16 @@ class RedisStreamsQueue:
         await self._ready()
         return _as_int(await self._script("purge", "purge", self._keys.all, (self._keys.group,)))
 
+    async def delete_queue(self) -> None:
+        """Delete every key of the queue: messages, dead letters, consumers, worker entries.
+
+        One DEL of keys in one slot: atomic. Workers still running recreate an empty
+        group at their next receive. Stream ids are time-based, so a receipt issued
+        before the delete never matches a message added after it.
+        """
+        await self._ready()
+        await self._raw.call("delete queue", "DEL", *self._keys.every_key)
+
     async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
         """Delete consumers that own no pending message and were inactive for `idle_seconds`.
 
@@ -845,21 +935,40 @@ class RedisStreamsQueue:
         a message is never deleted (deleting it would make its messages unclaimable).
 
         Returns:
-            The names of the deleted consumers.
+            The names of the deleted consumers, as callers know them.
 
         Raises:
-            ValueError: `idle_seconds` < 0.
+            ValueError: `idle_seconds` < 0 or not finite.
         """
-        if not idle_seconds >= 0:
-            raise ValueError(f"idle_seconds must be >= 0, got {idle_seconds}")
+        idle_ms = _milliseconds("idle_seconds", idle_seconds, positive=False)
+        return await self._remove_consumers("remove idle consumers", idle_ms, ())
+
+    async def remove_consumers(self, names: Sequence[str]) -> list[str]:
+        """Delete the named consumers (all their lease lengths) that own no pending message.
+
+        Returns:
+            The names removed, as callers know them; unknown names are skipped.
+
+        Raises:
+            TypeError: `names` is a single string or holds something else.
+        """
+        if isinstance(names, str):
+            raise TypeError("names must be a sequence of consumer names, not a single string")
+        for name in names:
+            _check_consumer(name)
+        if not names:
+            return []
+        return await self._remove_consumers("remove consumers", 0, names)
+
+    async def _remove_consumers(self, action: str, idle_ms: int, names: Sequence[str]) -> list[str]:
         await self._ready()
-        reply = await self._script(
-            "remove idle consumers",
-            "remove_idle_consumers",
+        reply = await self._raw.run_script(
+            action,
+            SCRIPTS["remove_idle_consumers"],
             (self._keys.stream,),
-            (self._keys.group, math.ceil(idle_seconds * 1000)),
+            (self._keys.group, idle_ms, *names),
         )
-        return [_as_str(name) for name in reply]
+        return list(dict.fromkeys(_caller_name(_as_str(name)) for name in reply))
 
     # -- WorkerRegistry -------------------------------------------------------------------
 
@@ -930,6 +1039,12 @@ class RedisStreamsQueue:
             return False
         return bool(reply) and reply[0] is not None
 
+    def _group_missing(self, action: str) -> None:
+        if self._group_created:
+            _log.warning("%r: consumer group missing during %s; recreating it", self, action)
+        else:
+            _log.debug("%r: creating the consumer group (first %s)", self, action)
+
     async def _create_group(self) -> None:
         keys = self._keys
         try:
@@ -942,6 +1057,7 @@ class RedisStreamsQueue:
         except BackendError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+        self._group_created = True
 
     async def _script(
         self, action: str, name: str, keys: Sequence[str], args: Sequence[Arg]
@@ -949,8 +1065,9 @@ class RedisStreamsQueue:
         try:
             return await self._raw.run_script(action, SCRIPTS[name], keys, args)
         except GroupMissingError:
-            # The stream or group was deleted (FLUSHDB, DEL, eviction): recreate at 0.
-            _log.warning("%r: consumer group missing during %s; recreating it", self, action)
+            # First use of the queue by a worker, or the stream or group was deleted
+            # (FLUSHDB, DEL, eviction): create it at 0.
+            self._group_missing(action)
             await self._create_group()
             try:
                 return await self._raw.run_script(action, SCRIPTS[name], keys, args)
@@ -989,6 +1106,7 @@ class RedisStreamsQueue:
                     # Since 7.0, deleting the stream unblocks readers with NOGROUP.
                     if attempt == 2:
                         raise
+                    self._group_missing("receive")
                     await self._create_group()
                     continue
                 return _stream_entries(reply)
@@ -1007,7 +1125,9 @@ class RedisStreamsQueue:
                 self._blocking.discard(task)
                 self._cancelled_by_close.discard(task)
 
-    def _delivery(self, consumer: str, message: _Message, pel_count: int) -> Delivery:
+    def _delivery(
+        self, consumer: str, lease_ms: int, message: _Message, pel_count: int
+    ) -> Delivery:
         count = message.base_count + pel_count
         return Delivery(
             message_id=message.message_id,
@@ -1016,24 +1136,28 @@ class RedisStreamsQueue:
             receipt=Receipt(
                 consumer=consumer,
                 delivery_count=count,
-                token=_token(message, message.base_count),
+                token=_token(message, message.base_count, lease_ms),
             ),
         )
 
-    async def _accept(self, consumer: str, entries: list[tuple[str, object]]) -> list[Delivery]:
+    async def _accept(
+        self, consumer: str, lease_ms: int, entries: list[tuple[str, object]]
+    ) -> list[Delivery]:
         """Turn freshly read entries (delivery count 1) into deliveries; bury the rest."""
         deliveries = []
         malformed = []
         for entry_id, fields in entries:
             parsed = _parse_entry(entry_id, fields)
             if isinstance(parsed, _Message):
-                deliveries.append(self._delivery(consumer, parsed, 1))
+                deliveries.append(self._delivery(consumer, lease_ms, parsed, 1))
             else:
                 malformed.append((parsed, 1))
-        await self._bury_malformed(consumer, malformed)
+        await self._bury_malformed(consumer, lease_ms, malformed)
         return deliveries
 
-    async def _bury_malformed(self, consumer: str, malformed: list[tuple[_Malformed, int]]) -> None:
+    async def _bury_malformed(
+        self, consumer: str, lease_ms: int, malformed: list[tuple[_Malformed, int]]
+    ) -> None:
         if not malformed:
             return
         by_reason: dict[str, list[tuple[Delivery, bytes]]] = {}
@@ -1043,7 +1167,9 @@ class RedisStreamsQueue:
                 body=entry.evidence,
                 delivery_count=pel_count,
                 receipt=Receipt(
-                    consumer=consumer, delivery_count=pel_count, token=_token(entry, 0)
+                    consumer=consumer,
+                    delivery_count=pel_count,
+                    token=_token(entry, 0, lease_ms),
                 ),
             )
             by_reason.setdefault(entry.reason, []).append((delivery, entry.evidence))
@@ -1079,7 +1205,7 @@ class RedisStreamsQueue:
         for index, delivery in enumerate(deliveries):
             located = _locate(delivery)
             receipt = delivery.receipt
-            pel_count = None if located is None else receipt.delivery_count - located[1]
+            pel_count = None if located is None else receipt.delivery_count - located.base
             if located is None or pel_count is None or pel_count < 1:
                 lost.append(delivery)  # a receipt we never issued cannot hold a lease
                 continue
@@ -1088,8 +1214,8 @@ class RedisStreamsQueue:
                 (
                     delivery,
                     (
-                        located[0],
-                        receipt.consumer,
+                        located.entry_id,
+                        _holder(receipt.consumer, located.lease_ms),
                         pel_count,
                         delivery.message_id,
                         receipt.delivery_count,

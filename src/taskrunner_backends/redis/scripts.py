@@ -30,9 +30,9 @@ def _load(name: str) -> Script:
 
 
 #: Every script by name: fenced (heartbeat/ack/release/dead-letter), receive (promote
-#: due delayed messages, then read new ones), reclaim (XAUTOCLAIM with the cursor),
-#: stats, the admin operations, consumer GC, the worker registry, and the test hook
-#: age_lease.
+#: due delayed messages, then read new ones), reclaim (XPENDING pages from a cursor,
+#: each entry judged by its holder's lease), stats, the admin operations, consumer GC,
+#: the worker registry, and the test hook age_lease.
 SCRIPTS: dict[str, Script] = {
     name: _load(name)
     for name in (

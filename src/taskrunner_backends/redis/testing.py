@@ -34,7 +34,7 @@ def entry_id(delivery_or_id: Delivery | str) -> str:
     located = _locate(delivery_or_id)
     if located is None:
         raise ValueError(f"not a receipt issued by RedisStreamsQueue: {delivery_or_id.receipt!r}")
-    return located[0]
+    return located.entry_id
 
 
 async def age_lease(queue: RedisStreamsQueue, delivery: Delivery | str, seconds: float) -> bool:

@@ -1,6 +1,6 @@
 -- Fenced lease operations: heartbeat, ack, release, dead-letter.
 --
--- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream
+-- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream, 5 origins hash
 -- ARGV: 1 op ("heartbeat" | "ack" | "release" | "dead"), 2 group,
 --       3 reason (dead) or delay in ms (release), 4 "1" when the server has XACKDEL,
 --       then 6 per delivery: entry id, consumer, expected PEL delivery count,
@@ -11,7 +11,7 @@
 -- The check and the action run in one script, so no claim can slip between them.
 -- XCLAIM checks no owner and XACK is silent; the XPENDING probe is the fence.
 
-local stream, dead, delayed, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local stream, dead, delayed, parked, origins = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op, group, arg, has_xackdel = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 local GONE = 'payload removed from the stream while pending'
 
@@ -49,8 +49,12 @@ local function body_of(fields)
   return ''
 end
 
--- Delete-on-ack: the entry leaves the PEL and the stream together.
-local function complete(id)
+-- Delete-on-ack: the entry leaves the PEL and the stream together (and a re-added
+-- entry's origin record with it).
+local function complete(id, message_id)
+  if id ~= message_id then
+    redis.call('HDEL', origins, id)
+  end
   if has_xackdel then
     local r = redis.call('XACKDEL', stream, group, 'IDS', 1, id)
     -- Reply codes differ between servers; make sure the PEL entry is gone.
@@ -81,18 +85,24 @@ for i = 5, #ARGV, 6 do
       local claimed = redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
       if #claimed == 0 then
         -- 7.0+: XCLAIM drops a PEL entry whose payload was deleted; record why.
+        if id ~= message_id then
+          redis.call('HDEL', origins, id)
+        end
         bury('', GONE, message_id, reported, now)
         status = 2
       else
         status = 1
       end
     elseif op == 'ack' then
-      complete(id)
+      complete(id, message_id)
       status = 1
     elseif op == 'release' then
       local fields = fields_of(id)
       if fields == nil then
         redis.call('XACK', stream, group, id)
+        if id ~= message_id then
+          redis.call('HDEL', origins, id)
+        end
         bury('', GONE, message_id, reported, now)
         status = 2
       else
@@ -111,12 +121,13 @@ for i = 5, #ARGV, 6 do
         copy[#copy + 1] = reported
         local delay = tonumber(arg)
         if delay <= 0 then
-          redis.call('XADD', stream, '*', unpack(copy))
+          local new_id = redis.call('XADD', stream, '*', unpack(copy))
+          redis.call('HSET', origins, new_id, message_id .. '/' .. reported)
         else
           local parked_id = redis.call('XADD', parked, '*', unpack(copy))
           redis.call('ZADD', delayed, now + delay, parked_id)
         end
-        complete(id)
+        complete(id, message_id)
         status = 1
       end
     elseif op == 'dead' then
@@ -126,7 +137,7 @@ for i = 5, #ARGV, 6 do
       else
         body = body_of(fields_of(id))
       end
-      complete(id)
+      complete(id, message_id)
       bury(body, arg, message_id, reported, now)
       status = 1
     else

@@ -1,6 +1,7 @@
 -- Delete every ready, delayed and in-flight message of the queue.
 --
--- KEYS: 1 stream, 2 dead-letter stream (kept), 3 delayed zset, 4 parked stream
+-- KEYS: 1 stream, 2 dead-letter stream (kept), 3 delayed zset, 4 parked stream,
+--       5 origins hash
 -- ARGV: 1 group
 -- Returns how many messages were deleted.
 --
@@ -8,11 +9,15 @@
 -- never reuse a purged id (a stale receipt could otherwise match a new message).
 -- Recreating the group drops every PEL entry, so purged receipts report lost.
 
-local stream, delayed, parked = KEYS[1], KEYS[3], KEYS[4]
+local stream, delayed, parked, origins = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local group = ARGV[1]
 local n = redis.call('XLEN', stream) + redis.call('ZCARD', delayed)
+redis.call('DEL', delayed, parked, origins)
+if redis.call('EXISTS', stream) == 0 then
+  -- Nothing was ever added: create nothing.
+  return n
+end
 redis.call('XTRIM', stream, 'MAXLEN', 0)
 redis.pcall('XGROUP', 'DESTROY', stream, group)
-redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
-redis.call('DEL', delayed, parked)
+redis.call('XGROUP', 'CREATE', stream, group, '0')
 return n

@@ -1,13 +1,14 @@
 -- Promote due delayed messages, then lease new entries without blocking.
 --
--- KEYS: 1 stream, 2 dead-letter stream (unused), 3 delayed zset, 4 parked stream
+-- KEYS: 1 stream, 2 dead-letter stream (unused), 3 delayed zset, 4 parked stream,
+--       5 origins hash
 -- ARGV: 1 group, 2 consumer, 3 count, 4 most delayed messages to promote
 -- Returns {ms until the next delayed message is due or -1, id, fields, id, fields, ...}
 --
 -- Promotion and the read share one script so a due message is readable by the same
 -- call; the blocking wait happens outside (BLOCK is ignored inside scripts).
 
-local stream, delayed, parked = KEYS[1], KEYS[3], KEYS[4]
+local stream, delayed, parked, origins = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer, count, limit = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 local t = redis.call('TIME')
@@ -17,7 +18,19 @@ local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
 for _, parked_id in ipairs(due) do
   local r = redis.call('XRANGE', parked, parked_id, parked_id)
   if #r > 0 then
-    redis.call('XADD', stream, '*', unpack(r[1][2]))
+    local fields = r[1][2]
+    local new_id = redis.call('XADD', stream, '*', unpack(fields))
+    local message_id, count = nil, nil
+    for i = 1, #fields, 2 do
+      if fields[i] == 'i' then
+        message_id = fields[i + 1]
+      elseif fields[i] == 'n' then
+        count = fields[i + 1]
+      end
+    end
+    if message_id and count then
+      redis.call('HSET', origins, new_id, message_id .. '/' .. count)
+    end
   end
   redis.call('XDEL', parked, parked_id)
   redis.call('ZREM', delayed, parked_id)

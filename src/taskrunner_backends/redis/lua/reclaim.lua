@@ -1,48 +1,80 @@
--- Take over lapsed leases with XAUTOCLAIM, following its cursor.
+-- Take over lapsed leases, each judged by its holder's own lease, following a cursor.
 --
--- KEYS: 1 stream, 2 dead-letter stream
--- ARGV: 1 group, 2 consumer, 3 min idle ms, 4 count, 5 cursor, 6 PEL entries to scan at most
+-- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset (unused), 4 parked (unused),
+--       5 origins hash
+-- ARGV: 1 group, 2 consumer (with its lease suffix), 3 lease ms assumed for holders
+--       whose name carries none, 4 count, 5 cursor ("0-0": from the start),
+--       6 PEL entries to scan at most
 -- Returns {next cursor, payloads found deleted, id, delivery count, fields, ...}
 --
--- XAUTOCLAIM inspects at most COUNT x 10 PEL entries per call, so one call may find
--- nothing even though lapsed entries sit behind live ones; loop within the budget and
--- hand the cursor back so the next call continues where this one stopped.
+-- A consumer's name ends in "~<lease ms>": the lease every delivery it holds was
+-- granted (see queue.py). An entry is lapsed when its idle time exceeds its holder's
+-- lease, whatever lease the reclaimer itself uses. XCLAIM with that lease as its
+-- min-idle-time is the claim; the whole scan runs in one script, so no heartbeat can
+-- slip between the check and the claim.
 
-local stream, dead = KEYS[1], KEYS[2]
-local group, consumer, min_idle = ARGV[1], ARGV[2], ARGV[3]
+local stream, dead, origins = KEYS[1], KEYS[2], KEYS[5]
+local group, consumer, default_lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local need, cursor, budget = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local GONE = 'payload removed from the stream while pending'
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 
 local items = {}
 local deleted = 0
 local now = nil
-repeat
-  local asked = need
-  local r = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', asked)
-  cursor = r[1]
-  for _, entry in ipairs(r[2]) do
-    if entry and entry[1] then
-      local p = redis.call('XPENDING', stream, group, entry[1], entry[1], 1)
-      items[#items + 1] = entry[1]
-      items[#items + 1] = p[1] and p[1][4] or 0
-      items[#items + 1] = entry[2]
-      need = need - 1
+local scanned = 0
+while need > 0 and scanned < budget do
+  local start = '-'
+  if cursor ~= '0-0' then
+    start = '(' .. cursor
+  end
+  local page = math.min(budget - scanned, 500)
+  local pending = redis.call('XPENDING', stream, group, start, '+', page)
+  local examined = 0
+  for _, p in ipairs(pending) do
+    local id, owner, idle, count = p[1], p[2], tonumber(p[3]), tonumber(p[4])
+    cursor = id
+    examined = examined + 1
+    local lease = tonumber(string.match(owner, '~(%d+)$')) or default_lease
+    if idle > lease then
+      local claimed = redis.call('XCLAIM', stream, group, consumer, lease, id)
+      if #claimed > 0 and claimed[1] then
+        items[#items + 1] = id
+        items[#items + 1] = count + 1
+        items[#items + 1] = claimed[1][2]
+        need = need - 1
+      else
+        -- 7.0+: XCLAIM dropped the PEL entry because its payload was deleted. Record
+        -- the message it held and its real delivery count as a dead letter.
+        now = now or now_ms()
+        local message_id, total = id, count
+        local origin = redis.call('HGET', origins, id)
+        if origin then
+          local mid, base = string.match(origin, '^([^/]+)/(%d+)$')
+          if mid then
+            message_id, total = mid, count + tonumber(base)
+          end
+          redis.call('HDEL', origins, id)
+        end
+        redis.call('XADD', dead, '*', 'b', '', 'r', GONE, 'o', message_id, 'c', total, 't', now)
+        deleted = deleted + 1
+      end
+      if need <= 0 then
+        break
+      end
     end
   end
-  -- 7.0+: ids whose payload no longer exists were dropped from the PEL by XAUTOCLAIM;
-  -- they cannot be delivered, so they are recorded as dead letters.
-  if r[3] then
-    for _, id in ipairs(r[3]) do
-      now = now or (function()
-        local t = redis.call('TIME')
-        return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      end)()
-      redis.call('XADD', dead, '*', 'b', '', 'r', GONE, 'o', id, 'c', 0, 't', now)
-      deleted = deleted + 1
-    end
+  scanned = scanned + examined
+  if examined == #pending and #pending < page then
+    -- The end of the PEL: the next call starts over from the oldest entry.
+    cursor = '0-0'
+    break
   end
-  budget = budget - 10 * asked
-until need <= 0 or budget <= 0 or cursor == '0-0'
+end
 
 local out = {cursor, deleted}
 for _, v in ipairs(items) do

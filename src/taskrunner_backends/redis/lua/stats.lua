@@ -1,6 +1,6 @@
 -- One consistent snapshot of the queue's counters.
 --
--- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream
+-- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream, 5 origins (unused)
 -- ARGV: 1 group, 2 how many of the oldest pending entries to inspect for idle time,
 --       3 "counts" to return only the first five numbers (for len)
 -- Returns {lag or -1, stream length, pending, dead, delayed, server ms,
@@ -18,19 +18,20 @@ local function as_map(flat)
   return m
 end
 
-local groups = redis.pcall('XINFO', 'GROUPS', stream)
-if groups.err then
-  return redis.error_reply('NOGROUP stream ' .. stream .. ' does not exist')
-end
+-- A queue nobody has used yet (no stream) or that no worker has read (no group) is
+-- reported as it is; reading never creates anything.
 local info = nil
-for _, g in ipairs(groups) do
-  local m = as_map(g)
-  if m['name'] == group then
-    info = m
+if redis.call('EXISTS', stream) == 1 then
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local m = as_map(g)
+    if m['name'] == group then
+      info = m
+    end
   end
 end
-if info == nil then
-  return redis.error_reply('NOGROUP consumer group ' .. group .. ' does not exist')
+local has_group = info ~= nil
+if not has_group then
+  info = {['lag'] = redis.call('XLEN', stream), ['pending'] = 0, ['last-delivered-id'] = '0-0'}
 end
 
 -- lag is nil when the server cannot compute it (tombstones after the group's cursor).
@@ -68,7 +69,10 @@ local out = {
   oldest_ready,
   max_idle,
 }
-local consumers = redis.call('XINFO', 'CONSUMERS', stream, group)
+local consumers = {}
+if has_group then
+  consumers = redis.call('XINFO', 'CONSUMERS', stream, group)
+end
 out[#out + 1] = #consumers
 for _, c in ipairs(consumers) do
   local m = as_map(c)
