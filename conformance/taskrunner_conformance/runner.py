@@ -16,7 +16,8 @@ FACTORY is one of:
 
 The module is imported with the current directory on ``sys.path``. pytest runs in
 isolation from the current project's configuration (its own empty ini file, no
-conftest files, no cache). The exit status is 0 only when every property that
+conftest files, no cache) and writes nothing into the current directory (hypothesis's
+files and byte code go to a temporary directory or nowhere). The exit status is 0 only when every property that
 applies to the backend passed.
 """
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import TextIO
 
 import pytest
+from hypothesis import configuration as hypothesis_configuration
 
 from . import _cli_suite
 from ._cli_suite import HarnessSource
@@ -88,11 +90,17 @@ def run(
             *pytest_args,
         ]
         plugins = [HarnessSource(harness_factory), reporter]
-        if quiet:
-            with contextlib.redirect_stdout(io.StringIO()):
+        # hypothesis keeps a cache of the constants it finds in the code under test in
+        # .hypothesis/ of the current directory; the suite must leave that untouched.
+        hypothesis_configuration.set_hypothesis_home_dir(Path(workdir, ".hypothesis"))
+        try:
+            if quiet:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exit_code = pytest.main(args, plugins=plugins)
+            else:
                 exit_code = pytest.main(args, plugins=plugins)
-        else:
-            exit_code = pytest.main(args, plugins=plugins)
+        finally:
+            hypothesis_configuration.set_hypothesis_home_dir(None)
     reporter.exit_code = int(exit_code)
     return reporter.report()
 
@@ -136,6 +144,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None) -> 
         split = args.index("--")
         args, pytest_args = args[:split], args[split + 1 :]
     options = _parser().parse_args(args)
+    # Importing the factory's module must not leave __pycache__ in the user's tree.
+    sys.dont_write_bytecode = True
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

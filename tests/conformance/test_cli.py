@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +109,32 @@ def test_redis_restart_and_outage_properties_pass_on_a_private_server() -> None:
     for pid in ("P37", "P39"):
         line = next(x for x in done.stdout.splitlines() if x.startswith(f"{pid} "))
         assert "passed" in line, line
+
+
+def test_the_suite_writes_nothing_into_the_directory_it_is_run_from(tmp_path: Path) -> None:
+    """No .hypothesis/ (example database, constants cache), no __pycache__, no report."""
+    shutil.copytree(ROOT / "examples" / "sqlite_backend", tmp_path / "sqlite_backend")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "taskrunner_conformance",
+            "sqlite_backend.harness:SqliteHarness",
+            "--properties",
+            "P1,P40",
+            "-q",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "TASKRUNNER_CONFORMANCE_EFFORT": "0.2"},
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "P40  passed" in done.stdout
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert after == before
