@@ -8,6 +8,12 @@ output. It is inert otherwise: tests without property ids are ignored.
 A property passes when every test checking it passed, fails when any failed, and is
 skipped (not applicable to this backend) when all were skipped; the reason shown is
 the skip reason or the first failure's message.
+
+The report also says how strong the certificate is: how many boundary cases each
+property checked (edges of deadlines, stale receipts of each kind, extreme inputs:
+counted by the tests through `note_boundaries`), which claims of the backend a test
+exercised ("certified") and which none could ("claimed, not tested"), and the
+mutation score the suite reached on the reference backends at this suite version.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any, Literal
 
 import pytest
@@ -28,7 +35,9 @@ __all__ = [
     "ConformanceReporter",
     "PropertyResult",
     "TestResult",
+    "mutation_score",
     "note_backend",
+    "note_boundaries",
 ]
 
 Outcome = Literal["passed", "failed", "skipped"]
@@ -45,6 +54,7 @@ class TestResult:
         outcome: passed, failed or skipped.
         reason: The skip reason or the failure's first line.
         seconds: Time spent in the test.
+        boundaries: Boundary cases the test checked (see `note_boundaries`).
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -53,6 +63,7 @@ class TestResult:
     outcome: Outcome
     reason: str = ""
     seconds: float = 0.0
+    boundaries: int = 0
 
 
 @dataclass(slots=True)
@@ -78,6 +89,11 @@ class PropertyResult:
         return "skipped" if outcomes else "not run"
 
     @property
+    def boundaries(self) -> int:
+        """Boundary cases checked by its passing tests."""
+        return sum(t.boundaries for t in self.tests if t.outcome == "passed")
+
+    @property
     def reason(self) -> str:
         """Why it failed or was skipped."""
         for wanted in ("failed", "skipped"):
@@ -100,6 +116,18 @@ class BackendInfo:
 
 
 _observed = BackendInfo()
+_boundaries_in_this_test = 0
+
+
+def note_boundaries(count: int = 1) -> None:
+    """Count `count` boundary cases checked by the running test (shown in the report).
+
+    A boundary case is one check where a wrong backend could plausibly differ: one
+    side of a deadline, one kind of stale receipt for one operation, one extreme input.
+    The reporter resets the count when each test starts.
+    """
+    global _boundaries_in_this_test
+    _boundaries_in_this_test += count
 
 
 def note_backend(
@@ -175,7 +203,11 @@ class ConformanceReport:
                 f"lease {info.lease_seconds:g}s; time: {_time_text(info.time_mode)}",
                 f"parts    {', '.join(info.parts) or '(none)'}",
                 f"hooks    {', '.join(info.hooks) or '(none)'}",
+                "",
+                "claims checked",
             ]
+            width = max((len(c.claim) for c in self.claims), default=0)
+            lines += [f"  {c.claim:<{width}}  {c.verdict}" for c in self.claims]
         else:
             lines.append("claims   (no queue was opened)")
         lines.append("")
@@ -185,6 +217,8 @@ class ConformanceReport:
             detail = result.reason or prop.summary
             if prop.adapted and result.outcome != "failed":
                 detail = f"{detail} [adapted: {prop.adapted}]"
+            if result.boundaries:
+                detail = f"{detail} ({result.boundaries} boundary cases)"
             lines.append(f"{prop.id:<4} {result.outcome:<8} {prop.name:<{width}}  {detail}")
             if result.outcome == "failed":
                 lines.extend(
@@ -197,10 +231,52 @@ class ConformanceReport:
         lines += [
             "",
             f"{counts['passed']} passed, {counts['failed']} failed, "
-            f"{counts['skipped']} skipped (not applicable), {counts['not run']} not run",
+            f"{counts['skipped']} skipped (not applicable), {counts['not run']} not run; "
+            f"{sum(r.boundaries for r in self.properties)} boundary cases checked",
+            _mutation_text(mutation_score()),
             _verdict(self),
         ]
         return "\n".join(lines)
+
+    @property
+    def claims(self) -> list[ClaimResult]:
+        """Each claim of the backend (capability or optional part) and whether it was tested."""
+        caps = self.backend.capabilities
+        if caps is None:
+            return []
+        claimed: list[tuple[str, str]] = [
+            (name, f"capabilities.{name}")
+            for name in caps.__struct_fields__
+            if isinstance(getattr(caps, name), bool) and getattr(caps, name)
+        ]
+        if caps.ordering != "none":
+            claimed.append((f"ordering={caps.ordering}", "capabilities.ordering"))
+        if caps.max_batch is not None:
+            claimed.append((f"max_batch={caps.max_batch}", "capabilities.max_batch"))
+        claimed += [(part, f"queue.{part}") for part in self.backend.parts]
+        return [self._claim(label, gate) for label, gate in claimed]
+
+    def _claim(self, label: str, gate: str) -> ClaimResult:
+        results = [r for r in self.properties if gate in r.definition.gate]
+        ids = [r.definition.id for r in results]
+        failed = [r.definition.id for r in results if r.outcome == "failed"]
+        passed = [r.definition.id for r in results if r.outcome == "passed"]
+        if failed:
+            return ClaimResult(label, "failed", f"FAILED: {', '.join(failed)}")
+        untestable = _UNTESTABLE.get(gate)
+        if passed:
+            text = f"certified by {', '.join(passed)}"
+            if untestable:
+                text += f"; not tested: {untestable}"
+            return ClaimResult(label, "certified", text)
+        if untestable:
+            return ClaimResult(label, "not tested", f"claimed, not tested: {untestable}")
+        if not results:
+            return ClaimResult(label, "not tested", "claimed, not tested: no property checks it")
+        why = "; ".join(f"{r.definition.id} {r.outcome}: {r.reason}" for r in results if r.reason)
+        return ClaimResult(
+            label, "not tested", f"claimed, not tested ({', '.join(ids)}): {why or 'not run'}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able form: target, claims and every property with its tests."""
@@ -213,6 +289,9 @@ class ConformanceReport:
             if caps is None
             else {f: getattr(caps, f) for f in caps.__struct_fields__},
             "requires_heartbeat": self.backend.requires_heartbeat,
+            "claims": {c.claim: {"status": c.status, "detail": c.verdict} for c in self.claims},
+            "boundary_cases": sum(r.boundaries for r in self.properties),
+            "mutation_score": mutation_score(),
             "hooks": list(self.backend.hooks),
             "parts": list(self.backend.parts),
             "errors": self.errors,
@@ -221,12 +300,14 @@ class ConformanceReport:
                     "name": r.definition.name,
                     "outcome": r.outcome,
                     "reason": r.reason,
+                    "boundary_cases": r.boundaries,
                     "tests": [
                         {
                             "name": t.name,
                             "outcome": t.outcome,
                             "reason": t.reason,
                             "seconds": round(t.seconds, 3),
+                            "boundary_cases": t.boundaries,
                         }
                         for t in r.tests
                     ],
@@ -240,8 +321,70 @@ class ConformanceReport:
         return json.dumps(self.to_json(), indent=2, sort_keys=True)
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """What the run showed about one claim of the backend.
+
+    Attributes:
+        claim: The capability (``blocking_receive``, ``ordering=fifo``...) or part (``admin``).
+        status: ``certified`` (a test exercised it and passed), ``failed``, or
+            ``not tested`` (claimed, but no test could exercise it on this harness).
+        verdict: The line the report prints.
+    """
+
+    claim: str
+    status: Literal["certified", "failed", "not tested"]
+    verdict: str
+
+
+# Claims the suite cannot exercise whatever the harness offers, and why.
+_UNTESTABLE = {
+    "capabilities.shared_across_instances": (
+        "handles are opened in one process (sharing across processes is not checked)"
+    ),
+}
+
+MUTATION_SCORE_FILE = "mutation_score.json"
+
+
+def mutation_score() -> dict[str, Any] | None:
+    """The mutation score of the reference backends recorded by ``nox -s mutation``.
+
+    None when no score was recorded. The data names the suite version it was measured
+    at; the report says so when that is not this version.
+    """
+    try:
+        text = resources.files(__package__).joinpath(MUTATION_SCORE_FILE).read_text("utf-8")
+    except (FileNotFoundError, OSError):
+        return None
+    data = json.loads(text)
+    return data if isinstance(data, dict) else None
+
+
+def _mutation_text(score: dict[str, Any] | None) -> str:
+    if not score:
+        return "mutation score of the reference backends: not recorded"
+    parts = [
+        f"{name} {t['killed']}/{t['scored']} killed ({t['unexplained']} unexplained)"
+        for name, t in sorted(score.get("targets", {}).items())
+    ]
+    version = score.get("suite_version")
+    where = (
+        f"at this suite version ({version})"
+        if version == SUITE_VERSION
+        else f"measured at suite {version}, not at this version ({SUITE_VERSION})"
+    )
+    return f"mutation score of the reference backends {where}: {'; '.join(parts)}"
+
+
 def _verdict(report: ConformanceReport) -> str:
     if report.passed_all_applicable:
+        untested = [c.claim for c in report.claims if c.status == "not tested"]
+        if untested:
+            return (
+                "RESULT: PASS - every applicable property passed; "
+                f"claimed but not tested: {', '.join(untested)}"
+            )
         return "RESULT: PASS - every applicable property passed"
     if report.failed:
         return f"RESULT: FAIL - {', '.join(p.definition.id for p in report.failed)}"
@@ -302,6 +445,11 @@ class ConformanceReporter:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
 
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Start counting the boundary cases of `item`."""
+        global _boundaries_in_this_test
+        _boundaries_in_this_test = 0
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """Remember collection errors: they fail the run."""
         if report.failed:
@@ -322,7 +470,9 @@ class ConformanceReporter:
                 reason = _failure_reason(report)
             if current is None or current.outcome != "failed":
                 seconds = report.duration + (current.seconds if current else 0.0)
-                self._results[report.nodeid] = TestResult(name, outcome, reason, seconds)
+                self._results[report.nodeid] = TestResult(
+                    name, outcome, reason, seconds, boundaries=_boundaries_in_this_test
+                )
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Keep pytest's exit status."""

@@ -17,8 +17,8 @@ FACTORY is one of:
 The module is imported with the current directory on ``sys.path``. pytest runs in
 isolation from the current project's configuration (its own empty ini file, no
 conftest files, no cache) and writes nothing into the current directory (hypothesis's
-files and byte code go to a temporary directory or nowhere). The exit status is 0 only when every property that
-applies to the backend passed.
+files and byte code go to a temporary directory or nowhere). The exit status is 0
+only when every property that applies to the backend passed.
 """
 
 from __future__ import annotations

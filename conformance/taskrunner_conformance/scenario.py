@@ -32,7 +32,7 @@ from taskrunner.queue import (
 )
 
 from .harness import HOOKS, AgesLeases, Harness, QueueFactoryHarness
-from .report import note_backend
+from .report import note_backend, note_boundaries
 from .settings import time_scale
 
 __all__ = ["ConformanceBase", "Scenario", "conformance", "new_namespace", "optional_parts"]
@@ -183,6 +183,14 @@ class Scenario:
         """Skip unless the harness implements the hook protocol `hook` (named `name`)."""
         if not isinstance(self.harness, hook):
             pytest.skip(f"harness has no {name} hook")
+
+    def boundary(self, count: int = 1) -> None:
+        """Count `count` boundary cases this test checked; the report shows the totals.
+
+        Call it after the check: one side of one deadline, one kind of stale receipt for
+        one operation, one extreme input.
+        """
+        note_boundaries(count)
 
     # -- names -------------------------------------------------------------------------
 

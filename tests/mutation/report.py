@@ -416,6 +416,30 @@ def classify(run: TargetRun, annotations: Annotations) -> Classified:
     )
 
 
+# -- score -----------------------------------------------------------------------------
+
+
+def score(results: Sequence[Classified], *, suite_version: str) -> dict[str, Any]:
+    """The mutation score the conformance report prints, per target.
+
+    ``scored`` leaves out the mutants the suite must not or cannot detect (equivalent,
+    unspecified, outside the contract); ``killed`` counts timeouts too (detected).
+    """
+    targets = {}
+    for c in results:
+        excluded = sum(c.count_kind(kind) for kind in ("equivalent", "unspecified", "outside"))
+        killed = c.count("killed") + c.count("timeout")
+        targets[c.run.target] = {
+            "mutated": c.run.mutated,
+            "mutants": len(c.run.mutants),
+            "scored": len(c.run.mutants) - excluded,
+            "killed": killed,
+            "unexplained": len(c.unexplained),
+            "finished_at": c.run.finished_at,
+        }
+    return {"suite_version": suite_version, "targets": targets}
+
+
 # -- markdown ------------------------------------------------------------------------
 
 

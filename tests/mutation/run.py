@@ -11,6 +11,10 @@ the directory it runs in), mutated there from scratch, and its results kept ther
 ``--no-run`` can rewrite the report after editing the annotations without running
 anything, and a run of one target keeps the other's last results in the report.
 
+The score (killed of the mutants the suite should detect, per target) also goes to
+conformance/taskrunner_conformance/mutation_score.json, which the conformance report
+prints with the suite version it was measured at.
+
 The exit status is 1 when a mutant survived that tests/mutation/equivalent.toml does not
 explain (``--report-only``: 0 all the same), 2 when mutmut itself failed.
 """
@@ -29,7 +33,9 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from .report import Classified, Mutant, TargetRun, classify, load_annotations, render
+from taskrunner_conformance.report import MUTATION_SCORE_FILE, SUITE_VERSION
+
+from .report import Classified, Mutant, TargetRun, classify, load_annotations, render, score
 from .targets import TARGETS, Target
 
 __all__ = ["main"]
@@ -38,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "build" / "mutation"
 ANNOTATIONS = ROOT / "tests" / "mutation" / "equivalent.toml"
 REPORT = ROOT / "docs" / "mutation-report.md"
+# Shipped with the suite: the conformance report prints the score it records.
+SCORE = ROOT / "conformance" / "taskrunner_conformance" / MUTATION_SCORE_FILE
 
 # Copied into each work directory: what the tests import and pytest's configuration.
 STAGED = ("src", "examples", "tests", "pyproject.toml")
@@ -210,7 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         say("mutation: no results yet; run without --no-run first")
         return 2
     REPORT.write_text(render(results), encoding="utf-8")
-    say(f"mutation: report written to {REPORT.relative_to(ROOT)}")
+    document = score(results, suite_version=SUITE_VERSION)
+    SCORE.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    say(f"mutation: report written to {REPORT.relative_to(ROOT)} and {SCORE.relative_to(ROOT)}")
     unexplained = 0
     for result in results:
         missing = len(result.unexplained)
