@@ -66,10 +66,12 @@ class Harness(Protocol):
 
     @property
     def lease_seconds(self) -> float:
-        """The lease the suite uses: the ``idle_seconds`` it passes to reclaim.
+        """The lease the suite grants: the ``lease_seconds`` it passes to receive and reclaim.
 
-        If the backend has its own lease setting (used for releases, say), the harness
-        must configure the queues it opens with this value.
+        Some tests grant other lengths too (the lease travels with the delivery). A
+        backend whose broker redelivers on its own must not tie the broker's timeout to
+        this value: that timeout is only a safety net, far longer than any lease (see
+        "Brokers that redeliver on their own" in docs/writing-a-backend.md).
         """
         ...
 
