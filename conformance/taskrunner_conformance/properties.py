@@ -319,6 +319,40 @@ PROPERTIES: tuple[Property, ...] = (
     ),
 )
 
+# Fencing, arguments, closed handles and reclaim progress, checked by fixed tests.
+PROPERTIES += (
+    Property(
+        "X20",
+        "stale_heartbeat_fenced",
+        "a heartbeat with a receipt of any earlier lease is reported lost and changes nothing",
+        "core; kinds built by reclaims: requires_heartbeat",
+    ),
+    Property(
+        "X21",
+        "stale_ack_fenced",
+        "an ack with a receipt of any earlier lease is reported lost and changes nothing",
+        "core; kinds built by reclaims: requires_heartbeat",
+    ),
+    Property(
+        "X22",
+        "stale_release_fenced",
+        "a release with a receipt of any earlier lease is reported lost and changes nothing",
+        "core; kinds built by reclaims: requires_heartbeat",
+    ),
+    Property(
+        "X23",
+        "stale_dead_letter_fenced",
+        "a dead_letter with a receipt of any earlier lease is reported lost, changes nothing",
+        "core; kinds built by reclaims: requires_heartbeat",
+    ),
+    Property(
+        "X24",
+        "mixed_batch_exact",
+        "a batch of current and stale deliveries returns exactly the stale ones, acts on the rest",
+        "core",
+    ),
+)
+
 _BY_ID = {prop.id: prop for prop in PROPERTIES}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .cases.acks import AckCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
+from .cases.fencing import FencingCases
 from .cases.leases import LeaseCases
 from .cases.lifecycle import LifecycleCases
 from .cases.model import ModelCases
@@ -25,6 +26,7 @@ class QueueConformance(
     OutageCases,
     RegistryCases,
     ModelCases,
+    FencingCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 
