@@ -351,6 +351,12 @@ PROPERTIES += (
         "a batch of current and stale deliveries returns exactly the stale ones, acts on the rest",
         "core",
     ),
+    Property(
+        "X25",
+        "valid_edge_arguments_accepted",
+        "wait 0 and tiny waits, tiny leases, whole-number durations, delay 0 are accepted",
+        "core",
+    ),
 )
 
 _BY_ID = {prop.id: prop for prop in PROPERTIES}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .cases.acks import AckCases
+from .cases.arguments import ArgumentCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
 from .cases.fencing import FencingCases
@@ -27,6 +28,7 @@ class QueueConformance(
     RegistryCases,
     ModelCases,
     FencingCases,
+    ArgumentCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 
