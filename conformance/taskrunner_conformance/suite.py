@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .cases.acks import AckCases
 from .cases.arguments import ArgumentCases
+from .cases.closed_handles import ClosedHandleCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
 from .cases.fencing import FencingCases
@@ -29,6 +30,7 @@ class QueueConformance(
     ModelCases,
     FencingCases,
     ArgumentCases,
+    ClosedHandleCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 
