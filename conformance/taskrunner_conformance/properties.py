@@ -357,6 +357,13 @@ PROPERTIES += (
         "wait 0 and tiny waits, tiny leases, whole-number durations, delay 0 are accepted",
         "core",
     ),
+    Property(
+        "X26",
+        "reclaim_reaches_every_position",
+        "one lapsed message among 120 in flight (oldest, middle, newest, behind the cursor) "
+        "is reclaimed within 2 * ceil(in_flight / max_messages) + 2 calls",
+        "requires_heartbeat",
+    ),
 )
 
 _BY_ID = {prop.id: prop for prop in PROPERTIES}

@@ -13,6 +13,7 @@ from .cases.lifecycle import LifecycleCases
 from .cases.model import ModelCases
 from .cases.outages import OutageCases
 from .cases.poison import PoisonCases
+from .cases.reclaim_progress import ReclaimProgressCases
 from .cases.registry import RegistryCases
 
 __all__ = ["QueueConformance"]
@@ -31,6 +32,7 @@ class QueueConformance(
     FencingCases,
     ArgumentCases,
     ClosedHandleCases,
+    ReclaimProgressCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 
