@@ -319,6 +319,53 @@ PROPERTIES: tuple[Property, ...] = (
     ),
 )
 
+# Fencing, arguments, closed handles and reclaim progress, checked by fixed tests.
+PROPERTIES += (
+    Property(
+        "X20",
+        "stale_heartbeat_fenced",
+        "a heartbeat with a receipt of any earlier lease is reported lost and changes nothing",
+        "core; kinds built by reclaims: requires_heartbeat",
+    ),
+    Property(
+        "X21",
+        "stale_ack_fenced",
+        "an ack with a receipt of any earlier lease is reported lost and changes nothing",
+        "core; kinds built by reclaims: requires_heartbeat",
+    ),
+    Property(
+        "X22",
+        "stale_release_fenced",
+        "a release with a receipt of any earlier lease is reported lost and changes nothing",
+        "core; kinds built by reclaims: requires_heartbeat",
+    ),
+    Property(
+        "X23",
+        "stale_dead_letter_fenced",
+        "a dead_letter with a receipt of any earlier lease is reported lost, changes nothing",
+        "core; kinds built by reclaims: requires_heartbeat",
+    ),
+    Property(
+        "X24",
+        "mixed_batch_exact",
+        "a batch of current and stale deliveries returns exactly the stale ones, acts on the rest",
+        "core",
+    ),
+    Property(
+        "X25",
+        "valid_edge_arguments_accepted",
+        "wait 0 and tiny waits, tiny leases, whole-number durations, delay 0 are accepted",
+        "core",
+    ),
+    Property(
+        "X26",
+        "reclaim_reaches_every_position",
+        "one lapsed message among 120 in flight (oldest, middle, newest, behind the cursor) "
+        "is reclaimed within 2 * ceil(in_flight / max_messages) + 2 calls",
+        "requires_heartbeat",
+    ),
+)
+
 _BY_ID = {prop.id: prop for prop in PROPERTIES}
 
 

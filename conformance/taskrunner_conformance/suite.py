@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from .cases.acks import AckCases
+from .cases.arguments import ArgumentCases
+from .cases.closed_handles import ClosedHandleCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
+from .cases.fencing import FencingCases
 from .cases.leases import LeaseCases
 from .cases.lifecycle import LifecycleCases
 from .cases.model import ModelCases
 from .cases.outages import OutageCases
 from .cases.poison import PoisonCases
+from .cases.reclaim_progress import ReclaimProgressCases
 from .cases.registry import RegistryCases
 
 __all__ = ["QueueConformance"]
@@ -25,6 +29,10 @@ class QueueConformance(
     OutageCases,
     RegistryCases,
     ModelCases,
+    FencingCases,
+    ArgumentCases,
+    ClosedHandleCases,
+    ReclaimProgressCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 

@@ -42,6 +42,9 @@ __all__ = ["POLL_SECONDS", "SqliteQueue"]
 # How often a waiting receive looks for new messages (seconds).
 POLL_SECONDS = 0.05
 
+# The largest rowid SQLite stores (a signed 64-bit integer).
+_MAX_ROWID = 2**63 - 1
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -187,6 +190,9 @@ class SqliteQueue:
         )
 
     async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
+        _check_deliveries(deliveries)
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, not {type(reason).__name__}")
         lost = []
         now = self._now()
         with self._transaction() as db:
@@ -278,7 +284,10 @@ class SqliteQueue:
 
     def _owned(self, db: sqlite3.Connection, delivery: Delivery) -> tuple[bytes, int] | None:
         """The body and count of the message if `delivery`'s receipt is its current lease."""
-        if not delivery.message_id.isdigit():
+        # Only ids this queue can have issued: ASCII digits within SQLite's 64-bit rowid
+        # (a larger number would make sqlite3 raise OverflowError mid-transaction).
+        message_id = delivery.message_id
+        if not (message_id.isascii() and message_id.isdigit()) or int(message_id) > _MAX_ROWID:
             return None
         row = db.execute(
             "SELECT body, delivery_count FROM messages WHERE id = ? AND queue = ?"
@@ -300,6 +309,7 @@ class SqliteQueue:
         The ownership check and the change share one write transaction: nobody can
         reclaim the message in between.
         """
+        _check_deliveries(deliveries)
         lost = []
         with self._transaction() as db:
             for delivery in deliveries:
@@ -308,6 +318,13 @@ class SqliteQueue:
                 else:
                     db.execute(sql, (*params, int(delivery.message_id)))
         return lost
+
+
+def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
+    # The whole batch is checked before the transaction starts acting on it.
+    for delivery in deliveries:
+        if not isinstance(delivery, Delivery):
+            raise TypeError(f"expected a Delivery, got {type(delivery).__name__}")
 
 
 def _check_count(max_messages: int) -> None:

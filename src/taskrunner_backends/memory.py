@@ -192,6 +192,7 @@ class InMemoryQueue:
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Reset the idle time of owned deliveries; report the rest."""
         self._check_open()
+        _check_deliveries(deliveries)
         now = self._store.clock.monotonic()
         lost = []
         for delivery in deliveries:
@@ -206,6 +207,7 @@ class InMemoryQueue:
     async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Complete and remove owned deliveries; report the rest."""
         self._check_open()
+        _check_deliveries(deliveries)
         lost = []
         for delivery in deliveries:
             message = self._owned(delivery)
@@ -221,6 +223,7 @@ class InMemoryQueue:
         """Make owned deliveries ready again after `delay_seconds`; report the rest."""
         _check_seconds("delay_seconds", delay_seconds)
         self._check_open()
+        _check_deliveries(deliveries)
         store = self._store
         now = store.clock.monotonic()
         lost = []
@@ -269,6 +272,9 @@ class InMemoryQueue:
     async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
         """Move owned deliveries to the dead-letter store; report the rest."""
         self._check_open()
+        _check_deliveries(deliveries)
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, not {type(reason).__name__}")
         store = self._store
         lost = []
         for delivery in deliveries:
@@ -494,6 +500,13 @@ class InMemoryQueue:
     def _forget(self, message: _Message) -> None:
         del self._store.in_flight[message.id]
         del self._store.messages[message.id]
+
+
+def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
+    # The whole batch is checked before any of it is acted on.
+    for delivery in deliveries:
+        if not isinstance(delivery, Delivery):
+            raise TypeError(f"expected a Delivery, got {type(delivery).__name__}")
 
 
 def _check_count(max_messages: int) -> None:

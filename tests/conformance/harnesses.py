@@ -54,6 +54,9 @@ class MemoryHarness:
         if store is None:
             store = InMemoryQueue(clock=self.clock, requires_heartbeat=self.requires_heartbeat)
             self._stores[namespace] = store
+            # The constructed queue is the first handle, as a user's would be: a defect
+            # in the constructor (a queue born closed, say) must show in the suite.
+            return store
         return store.open_handle()
 
     async def advance(self, seconds: float) -> None:

@@ -957,6 +957,8 @@ class RedisStreamsQueue:
         for name in names:
             _check_consumer(name)
         if not names:
+            # Nothing to remove, but a closed queue still says so.
+            self._check_open()
             return []
         return await self._remove_consumers("remove consumers", 0, names)
 
