@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from .cases.acks import AckCases
+from .cases.admin import AdminCases
+from .cases.batches import BatchCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
 from .cases.leases import LeaseCases
 from .cases.lifecycle import LifecycleCases
 from .cases.model import ModelCases
+from .cases.ordering import OrderingCases
 from .cases.outages import OutageCases
 from .cases.poison import PoisonCases
 from .cases.registry import RegistryCases
+from .cases.shapes import ShapeCases
+from .cases.stats import StatsCases
 
 __all__ = ["QueueConformance"]
 
@@ -25,6 +30,11 @@ class QueueConformance(
     OutageCases,
     RegistryCases,
     ModelCases,
+    ShapeCases,
+    OrderingCases,
+    BatchCases,
+    AdminCases,
+    StatsCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 
