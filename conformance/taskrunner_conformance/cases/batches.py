@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,7 +29,9 @@ def _ids(deliveries: list[Delivery]) -> set[str]:
     return {d.message_id for d in deliveries}
 
 
-async def _until_done(s: Scenario, tasks: list[asyncio.Task[Any]], count: int, seconds: float) -> int:
+async def _until_done(
+    s: Scenario, tasks: list[asyncio.Task[Any]], count: int, seconds: float
+) -> int:
     """Wait until `count` of `tasks` finished, for up to `seconds` (+ grace); return how many.
 
     Woken receives need no simulated time, so on a fake clock only real time passes.
@@ -45,6 +48,17 @@ async def _until_done(s: Scenario, tasks: list[asyncio.Task[Any]], count: int, s
         )
 
 
+def _stamp(
+    finished: dict[int, float], index: int, s: Scenario
+) -> Callable[[asyncio.Task[list[Delivery]]], None]:
+    """A done callback noting when receiver `index` returned, on the suite's clock."""
+
+    def note(_: asyncio.Task[list[Delivery]]) -> None:
+        finished.setdefault(index, s.now())
+
+    return note
+
+
 class BatchCases(ConformanceBase):
     """X33 and X34."""
 
@@ -52,7 +66,7 @@ class BatchCases(ConformanceBase):
     async def test_requests_above_max_batch_return_at_most_max_batch_and_lease_no_more(
         self, s: Scenario
     ) -> None:
-        """receive and reclaim asked for more than max_batch are clamped before leasing.
+        """Receive and reclaim asked for more than max_batch are clamped before leasing.
 
         Whatever a clamped call did not return is still ready (another consumer on
         another handle receives it at once) or still with its holder (its receipt is
@@ -90,7 +104,8 @@ class BatchCases(ConformanceBase):
             )
             rest += more
         held = got + rest
-        assert sorted(_ids(held)) == sorted(ids) and len(held) == total, (
+        assert len(held) == total, f"{len(held)} deliveries of {total} messages"
+        assert sorted(_ids(held)) == sorted(ids), (
             "the messages a clamped receive did not return were not all receivable at once"
         )
         if not s.requires_heartbeat:
@@ -137,7 +152,7 @@ class BatchCases(ConformanceBase):
                     lease_seconds=s.lease,
                 )
             )
-            task.add_done_callback(lambda _, i=index: finished.setdefault(i, s.now()))
+            task.add_done_callback(_stamp(finished, index, s))
             tasks.append(task)
         try:
             await s.advance(0.1 * s.lease)
@@ -186,6 +201,9 @@ class BatchCases(ConformanceBase):
                 f"a receiver left over returned after {finished[index] - started:.3f}s of "
                 f"its {wait}s wait"
             )
-        assert (await s.queue.stats()).in_flight == 1 + SECOND_ADD
+        in_flight = (await s.queue.stats()).in_flight
+        assert in_flight == 1 + SECOND_ADD, (
+            f"{in_flight} in flight once every wait ended; the receivers hold {1 + SECOND_ADD}"
+        )
         for handle, task in zip(handles, tasks, strict=True):
             assert await handle.ack(task.result()) == []

@@ -47,7 +47,7 @@ DeadLetterReader = Callable[[], Awaitable[list[DeadLetter]]]
 
 
 def dead_letter_reader(s: Scenario, queue: Queue | None = None) -> DeadLetterReader | None:
-    """Every dead letter of the test's queue, oldest first, read through `queue`; None if unreadable."""
+    """A reader of every dead letter, oldest first, through `queue`; None if unreadable."""
     handle = queue or s.queue
     admin = handle.admin
     if admin is not None:

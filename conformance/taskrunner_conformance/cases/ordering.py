@@ -55,8 +55,7 @@ class OrderingCases(ConformanceBase):
         got += await s.receive_n(reader, consumer, len(order) - len(got))
 
         assert _ids(got) == order, (
-            "messages added through two handles were not received in the order the adds "
-            "completed"
+            "messages added through two handles were not received in the order the adds completed"
         )
         assert await reader.ack([d for i, d in enumerate(got) if i not in (0, 2)]) == []
 
@@ -99,18 +98,14 @@ class OrderingCases(ConformanceBase):
         await add(two, "after purge on two", 2)
 
         letters = await admin.list_dead_letters()
-        assert len(letters) == 2
+        assert len(letters) == 2, f"2 messages were dead-lettered, {len(letters)} listed"
         retried = await admin.retry_dead_letters([d.message_id for d in letters])
         reused = set(retried) & set(issued)
         assert not reused, f"retried dead letters were given old id(s) {sorted(reused)}"
         issued.extend(retried)
         assert len(set(issued)) == len(issued), f"retry issued an id twice: {retried}"
 
-        again = [
-            d
-            for d in await s.receive_n(two, consumer, 6)
-            if d.message_id in set(retried)
-        ]
+        again = [d for d in await s.receive_n(two, consumer, 6) if d.message_id in set(retried)]
         assert len(again) == 2, "the retried dead letters were not delivered"
         assert await two.dead_letter(again, reason="again") == []
         letters = await admin.list_dead_letters()

@@ -61,7 +61,8 @@ REASONS: dict[str, str] = {
     "8 KiB of multi-byte characters": _multibyte(8192),
     "1025 characters": "r" * 1024 + "!",
     "accents": "Fehler: Größe überschritten: café, naïve, Ångström, ñandú",
-    "CJK": "処理に失敗しました：タイムアウト（東京）；재시도 실패；处理失败",
+    # Full-width punctuation on purpose: what CJK text really contains.
+    "CJK": "処理に失敗しました：タイムアウト（東京）；재시도 실패；处理失败",  # noqa: RUF001
     "emoji": "💥 boom 🚀🔥 astral: 𝄞 𐍈; joined: 👩‍💻 🏳️‍🌈",
     "newlines": "first line\nsecond line\r\nthird\rfourth\n\n",
     "quotes": "single ' double \" back ` backslash \\ literal \\n %s %(x)s {0} $1 ${x} ;--",
@@ -148,7 +149,7 @@ class ShapeCases(ConformanceBase):
             await s.lapse(s.queue, latest)
             latest = await s.reclaim_ids(s.queue, s.consumer("b"), set(ids))
             _check_bodies(latest, bodies, count=3, stage="reclaim")
-        assert await s.queue.len() == total
+        assert await s.queue.len() == total, "len of the redelivered messages"
 
         assert await s.queue.dead_letter(latest, reason="shapes") == []
         assert await s.queue.len() == 0, "dead-lettered messages are still counted by len"
@@ -162,23 +163,27 @@ class ShapeCases(ConformanceBase):
                 f"dead letter of a {len(bodies[message_id])}-byte body: "
                 f"{describe_difference(letter.body, bodies[message_id])}"
             )
-            assert letter.delivery_count == latest[0].delivery_count
+            assert letter.delivery_count == latest[0].delivery_count, (
+                f"dead letter count {letter.delivery_count}, died at {latest[0].delivery_count}"
+            )
         admin = s.queue.admin
         if admin is None:
             return
         new_ids = await admin.retry_dead_letters([d.message_id for d in letters.values()])
         assert len(new_ids) == total, f"retry moved {len(new_ids)} of {total} dead letters"
         retried = await s.receive_n(s.queue, consumer, total)
-        assert sorted(d.message_id for d in retried) == sorted(new_ids)
+        assert sorted(d.message_id for d in retried) == sorted(new_ids), (
+            "the retried messages were not delivered under their new ids"
+        )
         # Retry does not say which new id is which message; the bodies are distinct.
         by_body = {d.body: d for d in retried}
         for shape in shapes:
             assert shape in by_body, (
                 f"a {len(shape)}-byte body did not survive the dead-letter store and retry"
             )
-            assert by_body[shape].delivery_count == 1
+            assert by_body[shape].delivery_count == 1, "a retried message's count is not 1"
         assert await s.queue.ack(retried) == []
-        assert await s.queue.len() == 0
+        assert await s.queue.len() == 0, "len after acking the retried messages"
 
     @conformance("X31")
     async def test_dead_letter_reasons_are_kept_whole_whatever_their_length_or_characters(

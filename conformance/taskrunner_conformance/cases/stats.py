@@ -55,7 +55,7 @@ class StatsCases(ConformanceBase):
             "delay are delayed, 4 are leased (one of them lapsed, not reclaimed), 1 is dead; "
             f"stats say {_counts(stats)}"
         )
-        assert await other.len() == 11
+        assert await other.len() == 11, "len: ready, delayed and in flight"
 
         short = s.lease / 4
         assert await s.queue.release(leased[1:2], delay_seconds=short) == []
@@ -162,18 +162,63 @@ class StatsCases(ConformanceBase):
             await s.lapse(s.queue, [held])
             stats = await other.stats()
             assert (stats.ready, stats.in_flight) == (1, 1), (
-                f"a lapsed lease nobody reclaimed: ready {stats.ready}, "
-                f"in flight {stats.in_flight}"
+                f"a lapsed lease nobody reclaimed: ready {stats.ready}, in flight {stats.in_flight}"
             )
             idle = stats.oldest_in_flight_age_seconds
-            assert idle is not None and idle >= s.lapse_age - tolerance, (
+            assert idle is not None, "oldest_in_flight_age_seconds of a lapsed lease is None"
+            assert idle >= s.lapse_age - tolerance, (
                 f"oldest_in_flight_age_seconds is {idle} for a lease idle for {s.lapse_age}s"
             )
 
-        rest = await s.receive_n(s.queue, s.consumer("b"), 1)
+        rest = await s.receive_n(s.queue, s.consumer("c"), 1)
         assert await s.queue.ack([held, *rest]) == []
         stats = await other.stats()
         assert (stats.oldest_ready_age_seconds, stats.oldest_in_flight_age_seconds) == (
             None,
             None,
         ), "ages of a queue whose messages were all completed"
+
+    @conformance("X39")
+    async def test_stats_list_each_consumer_by_name_with_its_pending_count_and_idle_time(
+        self, s: Scenario
+    ) -> None:
+        """When the backend tracks consumers: names as callers gave them, exact pending counts.
+
+        Two consumers hold two and one messages; ``idle_seconds``, when reported, lies
+        within the window since their receives. A backend that lists no consumers at all
+        (``consumers == ()``) does not track them, and the case stops there.
+        """
+        tolerance = s.precision + (1e-9 if s.time_mode == "clock" else 0.002)
+        await s.add([f"m{i}".encode() for i in range(4)])
+        holders = {s.consumer("two"): 2, s.consumer("one"): 1}
+        windows: dict[str, tuple[float, float]] = {}
+        held = []
+        for name, count in holders.items():
+            start = s.now()
+            held += await s.receive_n(s.queue, name, count)
+            windows[name] = (start, s.now())
+        await s.advance(s.live_age / 2)
+        asked = s.now()
+        stats = await (await s.open()).stats()
+        answered = s.now()
+        if not stats.consumers:
+            assert await s.queue.ack(held) == []
+            return  # The backend does not track consumers.
+
+        listed = {c.name: c for c in stats.consumers}
+        for name, count in holders.items():
+            assert name in listed, f"consumer {name!r} holds {count} but is not listed: {listed}"
+            consumer = listed[name]
+            assert consumer.pending == count, (
+                f"consumer {name!r} holds {count}, stats say pending {consumer.pending}"
+            )
+            if consumer.idle_seconds is not None:
+                start, end = windows[name]
+                low, high = asked - end - tolerance, answered - start + tolerance
+                assert low <= consumer.idle_seconds <= high, (
+                    f"consumer {name!r} idle_seconds is {consumer.idle_seconds:.3f}; its last "
+                    f"receive was {low:.3f}s to {high:.3f}s before"
+                )
+        others = {c.name: c.pending for c in stats.consumers if c.name not in holders}
+        assert not any(others.values()), f"consumers holding nothing have pending {others}"
+        assert await s.queue.ack(held) == []
