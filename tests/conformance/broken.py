@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from taskrunner.queue import Delivery, Queue
 from taskrunner_backends.memory import InMemoryQueue
 
+from .broken_data import BROKEN_DATA
 from .harnesses import MemoryHarness
 
 __all__ = ["BROKEN", "BrokenHarness"]
@@ -231,6 +232,7 @@ BROKEN: dict[str, tuple[Callable[[], BrokenHarness], str]] = {
     "reclaim_without_cursor": (_factory(ReclaimWithoutCursor), "P21"),
     "repeat_ack_not_reported": (_factory(RepeatAckNotReported), "P10"),
 }
+BROKEN.update(BROKEN_DATA)  # type: ignore[arg-type]  # DataHarness is a MemoryHarness too
 
 heartbeat_does_not_extend = BROKEN["heartbeat_does_not_extend"][0]
 heartbeat_steals_back = BROKEN["heartbeat_steals_back"][0]

@@ -123,10 +123,10 @@ class BatchLimitedQueue(InMemoryQueue):
 
 
 def _clamp(max_messages: int) -> int:
-    # Anything but a valid count goes through unchanged, for the backend to reject.
-    if isinstance(max_messages, int) and not isinstance(max_messages, bool):
-        return min(max_messages, MAX_BATCH)
-    return max_messages
+    # Anything but a count goes through unchanged, for the backend to reject.
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+        return max_messages
+    return min(max_messages, MAX_BATCH)
 
 
 class MaxBatchMemoryHarness(MemoryHarness):
