@@ -202,7 +202,10 @@ class AdminCases(ConformanceBase):
         await bury(held[third], "third added, first to die, at delivery 1")
         again = await _redeliver(s, held[first])
         twice = await _redeliver(s, await _redeliver(s, held[second]))
+        # Time passes between the deaths, so a dead_at taken when listing shows.
+        await s.advance(s.live_age / 4)
         await bury(again, "first added, second to die, at delivery 2")
+        await s.advance(s.live_age / 4)
         await bury(twice, "second added, last to die, at delivery 3")
 
         letters = await read()

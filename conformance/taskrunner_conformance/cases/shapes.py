@@ -61,6 +61,8 @@ REASONS: dict[str, str] = {
     "8 KiB of multi-byte characters": _multibyte(8192),
     "1025 characters": "r" * 1024 + "!",
     "accents": "Fehler: Größe überschritten: café, naïve, Ångström, ñandú",
+    # Decomposed (NFD) next to composed (NFC): a backend must not normalise either.
+    "combining marks": "cafe\u0301 / caf\u00e9, A\u030angstro\u0308m",
     # Full-width punctuation on purpose: what CJK text really contains.
     "CJK": "処理に失敗しました：タイムアウト（東京）；재시도 실패；处理失败",  # noqa: RUF001
     "emoji": "💥 boom 🚀🔥 astral: 𝄞 𐍈; joined: 👩‍💻 🏳️‍🌈",
