@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeAlias, runtime_checkable
 
 from taskrunner.clock import Clock
-from taskrunner.queue import Capabilities, Delivery, Queue
+from taskrunner.queue import Capabilities, DeadLetter, Delivery, Queue
 
 from .settings import time_scale
 
@@ -41,6 +41,7 @@ __all__ = [
     "MeasuresStorage",
     "QueueFactory",
     "QueueFactoryHarness",
+    "ReadsDeadLetters",
     "RemovesPayloads",
     "RestartsBackend",
     "StopsBackend",
@@ -176,6 +177,20 @@ class MeasuresStorage(Protocol):
         ...
 
 
+@runtime_checkable
+class ReadsDeadLetters(Protocol):
+    """Hook: read the dead-letter store of a backend that offers no `QueueAdmin`.
+
+    The suite uses `Queue.admin.list_dead_letters` when the backend has it; this hook
+    lets a backend without admin operations prove that its dead letters keep body,
+    reason, delivery count and time (properties P26, X30, X31, X37).
+    """
+
+    async def dead_letters(self, queue: Queue) -> list[DeadLetter]:
+        """Every dead letter of `queue`'s queue, oldest first, as the backend stores it."""
+        ...
+
+
 # Hook protocols by the name the report and skip reasons use.
 HOOKS: dict[str, type] = {
     "age_lease": AgesLeases,
@@ -185,6 +200,7 @@ HOOKS: dict[str, type] = {
     "stop_backend/start_backend": StopsBackend,
     "crash_backend": CrashesBackend,
     "storage_size": MeasuresStorage,
+    "dead_letters": ReadsDeadLetters,
 }
 
 

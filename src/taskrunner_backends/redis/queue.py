@@ -788,7 +788,8 @@ class RedisStreamsQueue:
         """A snapshot taken in one script: counts, ages (server clock) and consumers.
 
         ``ready`` counts entries not yet delivered (the group's lag; when the server
-        cannot compute it, stream length minus pending); ``delayed`` the released
+        cannot compute it, stream length minus pending) and released messages whose
+        delay is over but that no receive has moved back yet; ``delayed`` the released
         messages still waiting for their delay. ``oldest_in_flight_age_seconds`` is the longest idle
         time among the `STATS_PENDING_SAMPLE` oldest pending entries. A consumer's
         ``idle_seconds`` is the time since its last successful interaction where the
@@ -800,15 +801,22 @@ class RedisStreamsQueue:
         )
         lag, length, pending, dead, delayed, now_ms = (_as_int(v) for v in r[:6])
         oldest_ready_id, max_idle_ms = _as_str(r[6]), _as_int(r[7])
-        ready = _ready_count(lag, length, pending)
-        oldest_ready_age = None
+        # Released messages whose delay is over but that no receive has promoted yet.
+        due, first_due_ms = _as_int(r[8]), _as_int(r[9])
+        ready = _ready_count(lag, length, pending) + due
+        ready_since = []
         if oldest_ready_id:
-            oldest_ready_age = max(0, now_ms - int(oldest_ready_id.split("-")[0])) / 1000
+            ready_since.append(int(oldest_ready_id.split("-")[0]))
+        if first_due_ms >= 0:
+            ready_since.append(first_due_ms)
+        oldest_ready_age = None
+        if ready_since:
+            oldest_ready_age = max(0, now_ms - min(ready_since)) / 1000
         # One caller-visible consumer may hold leases of several lengths (one group
         # consumer each): report it once, with the sum of pending and the least idle.
         consumers: dict[str, ConsumerStats] = {}
-        count = _as_int(r[8])
-        for i in range(9, 9 + 4 * count, 4):
+        count = _as_int(r[10])
+        for i in range(11, 11 + 4 * count, 4):
             idle_ms, inactive_ms = _as_int(r[i + 2]), _as_int(r[i + 3])
             name = _caller_name(_as_str(r[i]))
             pending_here = _as_int(r[i + 1])

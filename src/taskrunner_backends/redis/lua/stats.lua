@@ -5,7 +5,12 @@
 --       3 "counts" to return only the first five numbers (for len)
 -- Returns {lag or -1, stream length, pending, dead, delayed, server ms,
 --          id of the oldest ready entry or "", longest idle ms among inspected or -1,
+--          delayed messages already due, due time (ms) of the earliest of them or -1,
 --          consumer count, then per consumer: name, pending, idle ms, inactive ms or -1}
+-- (with "counts", only the first five; delayed then includes the due ones).
+--
+-- A released message whose delay is over stays in the delayed set until a receive
+-- promotes it, but it is ready: the full snapshot counts it so, without moving it.
 
 local stream, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
 local group, sample, counts_only = ARGV[1], ARGV[2], ARGV[3] == 'counts'
@@ -59,15 +64,23 @@ if tonumber(info['pending']) > 0 then
   end
 end
 
+local due = redis.call('ZCOUNT', delayed, '-inf', now)
+local first_due = -1
+if due > 0 then
+  first_due = tonumber(redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)[2])
+end
+
 local out = {
   lag,
   redis.call('XLEN', stream),
   info['pending'],
   redis.call('XLEN', dead),
-  redis.call('ZCARD', delayed),
+  redis.call('ZCARD', delayed) - due,
   now,
   oldest_ready,
   max_idle,
+  due,
+  first_due,
 }
 local consumers = {}
 if has_group then
