@@ -121,6 +121,43 @@ async def test_handler_that_raises_leads_to_a_dead_letter_not_a_loss() -> None:
     )
 
 
+async def test_error_text_no_backend_can_store_is_escaped_and_dead_lettered_at_once() -> None:
+    """``str()`` of an error about an undecodable file name holds a lone surrogate.
+
+    Backends refuse such a reason (UTF-8 cannot encode it); the runner must escape it
+    rather than fail to dead-letter, which left the message to come back every lease.
+    """
+    clock = FakeClock()
+    app, queue = make(clock)
+    runs: list[int] = []
+
+    @app.task(max_retries=0)
+    async def reads_a_file() -> None:
+        runs.append(current_task().delivery_count)
+        raise FileNotFoundError("no such file: report-\udcff.csv")
+
+    async def raising_handler(failure: TaskFailure) -> None:
+        raise OSError("pager \udc80 is down")
+
+    await Producer(queue, app, clock=clock).dispatch(reads_a_file)
+    await Producer(queue, app, clock=clock).dispatch(reads_a_file)
+    runner = Runner(queue, app, config(), clock=clock)
+    await run_burst(runner, clock)
+    await Producer(queue, app, clock=clock).dispatch(reads_a_file)
+    handled = Runner(queue, app, config(failed_task_handler=raising_handler), clock=clock)
+    await run_burst(handled, clock)
+
+    assert runs == [1, 1, 1], "a message came back after its only attempt"
+    reasons = sorted(d.reason for d in queue.dead_letters())
+    assert reasons == [
+        "attempt 1 of 1 failed: FileNotFoundError: no such file: report-\\udcff.csv",
+        "attempt 1 of 1 failed: FileNotFoundError: no such file: report-\\udcff.csv",
+        "attempt 1 of 1 failed: FileNotFoundError: no such file: report-\\udcff.csv; "
+        "the failed-task handler raised OSError: pager \\udc80 is down",
+    ]
+    assert runner.stats().dead_lettered == 2
+
+
 async def test_poison_unknown_and_wrongly_typed_messages_are_dead_lettered_once() -> None:
     clock = FakeClock()
     app, queue = make(clock)

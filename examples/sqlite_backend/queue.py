@@ -193,6 +193,7 @@ class SqliteQueue:
         _check_deliveries(deliveries)
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, not {type(reason).__name__}")
+        _check_text(reason)
         lost = []
         now = self._now()
         with self._transaction() as db:
@@ -371,3 +372,13 @@ class _Transaction:
             self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
         except sqlite3.Error as error:
             raise BackendUnavailableError(f"SQLite: {error}") from error
+
+
+def _check_text(reason: str) -> None:
+    """Refuse a reason UTF-8 cannot encode (a lone surrogate) before anything changes."""
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"reason holds a lone surrogate at position {exc.start}: not storable text"
+        ) from None

@@ -352,6 +352,11 @@ class Executor:
                 await self._complete(lease, task_name or "-")
                 return
 
+        # Backends store text: a lone surrogate (str() of an error about an undecodable
+        # file name) is refused, and a reason that cannot be stored would leave the
+        # message to come back every lease. Escaped, it reads the same.
+        reason = _storable(reason)
+
         async def dead_letter(delivery: Delivery) -> Verdict:
             return _verdict(await self._queue.dead_letter([delivery], reason=reason))
 
@@ -471,3 +476,8 @@ def _describe(error: BaseException) -> str:
 
 def _shorten(text: str) -> str:
     return text if len(text) <= _MAX_REASON_CHARS else text[:_MAX_REASON_CHARS] + "..."
+
+
+def _storable(text: str) -> str:
+    """`text` with lone surrogates written as backslash escapes: text UTF-8 can encode."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

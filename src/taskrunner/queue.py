@@ -362,6 +362,12 @@ class Queue(Protocol):
 
         Returns:
             The deliveries whose lease was already lost; they are left untouched.
+
+        Raises:
+            TypeError: `reason` is not a `str`.
+            ValueError: `reason` is not Unicode text that UTF-8 can encode (it holds a
+                lone surrogate, as ``str()`` of an exception about an undecodable file
+                name may).
         """
         ...
 

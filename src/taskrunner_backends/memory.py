@@ -275,6 +275,7 @@ class InMemoryQueue:
         _check_deliveries(deliveries)
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, not {type(reason).__name__}")
+        _check_text(reason)
         store = self._store
         lost = []
         for delivery in deliveries:
@@ -565,3 +566,13 @@ def _parse_bool(text: str) -> bool:
     raise ConfigurationError(
         f"requires_heartbeat must be true or false, got {text!r}", setting="requires_heartbeat"
     )
+
+
+def _check_text(reason: str) -> None:
+    """Refuse a reason UTF-8 cannot encode (a lone surrogate) before anything changes."""
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"reason holds a lone surrogate at position {exc.start}: not storable text"
+        ) from None

@@ -257,16 +257,28 @@ class ArgumentCases(ConformanceBase):
 
     @conformance("P30")
     async def test_dead_letter_rejects_a_reason_that_is_not_a_string(self, s: Scenario) -> None:
-        """None, int and bytes reasons raise; the delivery is still held and nothing is dead."""
+        """None, int and bytes reasons raise; so does a str UTF-8 cannot encode (ValueError).
+
+        A lone surrogate (U+DCFF, what ``str()`` of an error about an undecodable
+        file name holds) is not text a backend can store; it must be refused before
+        anything changes, not fail halfway. The delivery is still held, nothing is dead.
+        """
         await s.add([b"not dead yet"])
         (held,) = await s.receive_n(s.queue, s.consumer("a"), 1)
         before = await queue_state(s.queue)
-        for reason in (None, 7, b"bytes"):
+        cases: tuple[tuple[object, tuple[type[Exception], ...]], ...] = (
+            (None, (ValueError, TypeError)),
+            (7, (ValueError, TypeError)),
+            (b"bytes", (ValueError, TypeError)),
+            ("file \udcff.txt", (ValueError,)),
+            ("\ud800", (ValueError,)),
+        )
+        for reason, errors in cases:
             await _rejected(
                 s,
                 f"dead_letter([held], reason={reason!r})",
                 _later(s.queue.dead_letter, [held], reason=reason),
-                (ValueError, TypeError),
+                errors,
                 before,
             )
             assert await s.queue.heartbeat([held]) == [], (

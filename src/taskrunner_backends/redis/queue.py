@@ -782,6 +782,7 @@ class RedisStreamsQueue:
         """
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, not {type(reason).__name__}")
+        _check_text(reason)
         return await self._fenced("dead", deliveries, reason)
 
     async def stats(self) -> QueueStats:
@@ -1299,3 +1300,13 @@ async def open_from_url(
         await client.aclose()
         raise
     return queue
+
+
+def _check_text(reason: str) -> None:
+    """Refuse a reason UTF-8 cannot encode (a lone surrogate) before anything changes."""
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"reason holds a lone surrogate at position {exc.start}: not storable text"
+        ) from None
