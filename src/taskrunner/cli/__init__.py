@@ -1,0 +1,154 @@
+"""The ``taskrunner`` command.
+
+Commands::
+
+    taskrunner worker MODULE:APP [--url URL] [--num-workers N] [--burst] ...
+    taskrunner enqueue TASK [--app MODULE:APP] [--json PAYLOAD | --file FILE|-]
+    taskrunner inspect [--app MODULE:APP | --queue NAME ...] [--json]
+    taskrunner dead-letters list|show ID|retry ID...|--all|purge ID...|--all [--yes]
+    taskrunner demo [--url URL] [--tasks N] [--workers N]
+    taskrunner config [--json]          (the effective settings and their sources)
+
+Every command reads settings as `taskrunner.settings` describes (defaults <
+``[tool.taskrunner]`` of ./pyproject.toml or ``--config FILE`` < ``TASKRUNNER_*``
+environment variables < flags). Output is a human-readable table; ``--json`` (for
+``enqueue``: ``--output json``, since its ``--json`` is the payload) prints JSON.
+
+Exit codes:
+
+* 0 - success; for ``worker``: stopped by SIGTERM/SIGINT (drained, or after a second
+  signal with running tasks cancelled and their messages released), or ``--burst``
+  found the queue empty.
+* 1 - the backend failed (unreachable at start, refused the credentials, replied
+  with an error), or ``dead-letters show/retry/purge`` did not find an id.
+* 2 - bad usage or configuration: unknown flag or setting, a value breaking a rule, an
+  App that cannot be imported, an unknown task, an invalid payload.
+* 130 - interrupted (Ctrl-C) during a command other than ``worker`` and ``demo``.
+
+Errors the user can fix print one line, without a traceback. A ``worker`` whose
+backend goes away *after* start does not exit: it logs, backs off and resumes, so
+a supervisor does not restart-loop it.
+
+One module per command (``worker``, ``enqueue``, ``inspect``, ``dead_letters``,
+``demo``, ``config``); ``common`` holds what they share, ``output`` the printing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from taskrunner import __version__
+from taskrunner.cli import config, dead_letters, demo, enqueue, inspect, worker
+from taskrunner.cli.app import load_app
+from taskrunner.cli.common import (
+    EXIT_BACKEND,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    NotFoundError,
+    Parser,
+    UsageError,
+    common_options,
+)
+from taskrunner.cli.output import Output
+from taskrunner.errors import BackendError, ConfigurationError, MessageError
+from taskrunner.logs import configure_logging, mask_secrets
+from taskrunner.settings import Settings, flag_name, load_settings
+
+__all__ = ["EXIT_BACKEND", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "load_app", "main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="taskrunner",
+        description="Run and operate taskrunner workers.",
+        epilog="Exit codes: 0 success, 1 backend failure or id not found, "
+        "2 usage or configuration error, 130 interrupted.",
+    )
+    parser.add_argument("--version", action="version", version=f"taskrunner {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = common_options()
+    worker.add_parser(commands)
+    enqueue.add_parser(commands)
+    inspect.add_parser(commands, common)
+    dead_letters.add_parser(commands, common)
+    demo.add_parser(commands)
+    config.add_parser(commands, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (see the module docstring)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        print(f"{exc}\nRun 'taskrunner --help' for the commands and options.", file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    handler: logging.Handler | None = None
+    root = logging.getLogger()
+    previous_level = root.level
+    try:
+        settings = _settings(args)
+        level = settings.log_level
+        if args.command == "demo" and settings.source_of("log_level") == "default":
+            level = "critical"  # the demo prints its own progress
+        handler = configure_logging(level, settings.log_format)
+        return _run(args, settings)
+    except ConfigurationError as exc:
+        print(f"taskrunner: configuration error: {mask_secrets(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except (UsageError, MessageError) as exc:
+        print(f"taskrunner: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BackendError as exc:
+        print(f"taskrunner: backend error: {mask_secrets(str(exc))}", file=sys.stderr)
+        return EXIT_BACKEND
+    except NotFoundError as exc:
+        print(f"taskrunner: {exc}", file=sys.stderr)
+        return EXIT_BACKEND
+    except KeyboardInterrupt:
+        print("taskrunner: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        # In-process callers (tests) must not keep a handler on a stream they closed.
+        if handler is not None:
+            root.removeHandler(handler)
+            root.setLevel(previous_level)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    for name, value in vars(args).items():
+        if name.startswith("setting:"):
+            key = name.removeprefix("setting:")
+            overrides[key] = value
+            labels[key] = f"option {flag_name(key)}"
+    if getattr(args, "app", None) is not None and args.command == "worker":
+        overrides["app"] = args.app
+        labels["app"] = "argument MODULE:APP"
+    return load_settings(overrides, config_file=args.config, override_labels=labels)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    out = Output(args.output, sys.stdout)
+    command: str = args.command
+    if command == "config":
+        return config.show_config(settings, out)
+    if command == "worker":
+        return asyncio.run(worker.run_worker(args, settings))
+    if command == "demo":
+        return asyncio.run(demo.run_demo_command(args, settings))
+    if command == "enqueue":
+        return asyncio.run(enqueue.run_enqueue(args, settings, out))
+    if command == "inspect":
+        return asyncio.run(inspect.run_inspect(args, settings, out))
+    return asyncio.run(dead_letters.run_dead_letters(args, settings, out))

@@ -1,0 +1,189 @@
+"""What every command shares: exit codes, errors, the parser class, option helpers.
+
+Internal module of the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+from taskrunner.app import App
+from taskrunner.cli.app import load_app
+from taskrunner.settings import KEYS, Settings, flag_name
+
+__all__ = [
+    "EXIT_BACKEND",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "NotFoundError",
+    "Parser",
+    "UsageError",
+    "app_and_queue",
+    "common_options",
+    "positive_int",
+    "runner_options",
+    "setting_option",
+    "signal_handlers",
+]
+
+EXIT_OK = 0
+EXIT_BACKEND = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """Bad command-line usage (argparse would exit; we return 2 instead)."""
+
+
+class NotFoundError(Exception):
+    """Something the user named (a dead letter id) does not exist."""
+
+
+class Parser(argparse.ArgumentParser):
+    """Raises instead of exiting, refuses abbreviations, and suggests close option names."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # An abbreviation would silently accept typos such as --num-worker.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """Raise `UsageError` with `message` (and the closest option to an unknown one)."""
+        if message.startswith("unrecognized arguments:"):
+            known = sorted(_option_strings(self))
+            for word in message.split(":", 1)[1].split():
+                close = difflib.get_close_matches(word.split("=")[0], known, n=1)
+                if close:
+                    message += f" (did you mean {close[0]}?)"
+                    break
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option of `parser` and of its subcommands (unknown options surface at the top)."""
+    found: set[str] = set()
+    for action in parser._actions:
+        found.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.update(_option_strings(sub))
+    return found
+
+
+def common_options(*, output: bool = True, json_flag: bool = True) -> Parser:
+    """Options of every command; `output` adds ``--output`` (and `json_flag` ``--json``)."""
+    common = Parser(add_help=False)
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML settings file (default: [tool.taskrunner] of ./pyproject.toml; "
+        "env TASKRUNNER_CONFIG)",
+    )
+    setting_option(common, "url", metavar="URL")
+    setting_option(common, "log_level", metavar="LEVEL")
+    setting_option(common, "log_format", metavar="FORMAT")
+    if not output:
+        common.set_defaults(output="text")
+        return common
+    formats = common.add_mutually_exclusive_group()
+    formats.add_argument(
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="output format (default: %(default)s)",
+    )
+    if json_flag:
+        formats.add_argument(
+            "--json",
+            dest="output",
+            action="store_const",
+            const="json",
+            help="same as --output json",
+        )
+    return common
+
+
+_METAVARS = {"int": "N", "port": "PORT", "float": "SECONDS", "optional_float": "SECONDS"}
+
+
+def setting_option(
+    parser: argparse._ActionsContainer, key: str, *aliases: str, metavar: str | None = None
+) -> None:
+    """Add the flag of setting `key`; its value lands in ``setting:KEY`` when given."""
+    spec = next(k for k in KEYS if k.name == key)
+    help_text = spec.help + (f" ({', '.join(spec.choices)})" if spec.choices else "")
+    parser.add_argument(
+        flag_name(key),
+        *aliases,
+        dest=f"setting:{key}",
+        metavar=metavar or _METAVARS.get(spec.kind, "VALUE"),
+        default=argparse.SUPPRESS,
+        help=help_text,
+    )
+
+
+def runner_options(parser: argparse.ArgumentParser) -> None:
+    """Flags of every runner and tuning setting, and of the metrics exporter."""
+    runner = parser.add_argument_group("runner settings (see docs/configuration.md)")
+    aliases = {"num_workers": ("--workers",), "num_fetchers": ("--fetchers",)}
+    for key in KEYS:
+        if key.group == "runner":
+            setting_option(runner, key.name, *aliases.get(key.name, ()))
+    tuning = parser.add_argument_group(
+        "tuning mode (set min-workers, max-workers and desired-wait-seconds to enable)"
+    )
+    for key in KEYS:
+        if key.group == "tuning":
+            setting_option(tuning, key.name)
+    setting_option(parser, "metrics_port", metavar="PORT")
+    setting_option(parser, "metrics_addr", metavar="ADDRESS")
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (an argparse ``type``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def app_and_queue(args: argparse.Namespace, settings: Settings) -> tuple[App | None, str]:
+    """The configured App (if any) and the queue a command works on."""
+    app = None if settings.app is None else load_app(settings.app, where=settings.source_of("app"))
+    queue_name: str | None = args.queue
+    if app is not None and queue_name is not None and queue_name != app.queue:
+        raise UsageError(
+            f"--queue {queue_name!r} differs from the queue of {settings.app} ({app.queue!r}); "
+            "give one or the other"
+        )
+    return app, queue_name or (app.queue if app is not None else "default")
+
+
+@contextmanager
+def signal_handlers(callback: Callable[[int], None]) -> Iterator[None]:
+    """Call `callback(signum)` on SIGTERM and SIGINT while the block runs (main thread only)."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, callback, signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            # Not the main thread, or a platform without loop signal handlers.
+            continue
+        installed.append(signum)
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)

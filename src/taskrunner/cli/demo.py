@@ -1,0 +1,58 @@
+"""``taskrunner demo``: a producer and a burst worker with live progress."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from taskrunner.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    Parser,
+    common_options,
+    positive_int,
+    signal_handlers,
+)
+from taskrunner.runner import Runner
+from taskrunner.settings import Settings
+
+__all__ = ["add_parser", "run_demo_command"]
+
+
+def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
+    """Add the ``demo`` command."""
+    demo = commands.add_parser(
+        "demo",
+        parents=[common_options(output=False)],
+        help="dispatch and process a few thousand tasks, with live progress",
+        description="A producer and a burst worker on the configured backend (default "
+        "memory://, nothing to install). On a shared backend the demo uses a queue of "
+        "its own and deletes it at the end.",
+    )
+    demo.add_argument("--tasks", type=positive_int, default=3000, help="tasks to dispatch")
+    demo.add_argument("--workers", type=positive_int, default=64, help="worker pool size")
+
+
+async def run_demo_command(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the demo; a signal stops its worker (a second one skips the drain)."""
+    from taskrunner.demo import run_demo
+
+    runners: list[Runner] = []
+    main_task = asyncio.current_task()
+
+    def on_signal(signum: int) -> None:
+        if not runners and main_task is not None:
+            main_task.cancel()
+        for runner in runners:
+            runner.stop()  # the second signal skips the drain
+
+    with signal_handlers(on_signal):
+        try:
+            await run_demo(
+                url=settings.url, tasks=args.tasks, workers=args.workers, on_runner=runners.append
+            )
+        except asyncio.CancelledError:
+            print("taskrunner: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+    return EXIT_OK

@@ -1,0 +1,162 @@
+"""``taskrunner worker``: run the tasks of an App until a signal (or, in burst mode, empty)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+
+from taskrunner.app import App
+from taskrunner.backends import connect
+from taskrunner.cli.app import load_app
+from taskrunner.cli.common import (
+    EXIT_OK,
+    Parser,
+    UsageError,
+    common_options,
+    runner_options,
+    signal_handlers,
+)
+from taskrunner.errors import ConfigurationError
+from taskrunner.logs import mask_url
+from taskrunner.runner import Runner
+from taskrunner.settings import Settings
+
+__all__ = ["FORCE_STOP_GRACE_SECONDS", "add_parser", "run_worker"]
+
+_log = logging.getLogger("taskrunner.cli")
+
+# After a second SIGTERM/SIGINT, how long the runner may take to return before the
+# command cancels it outright (seconds).
+FORCE_STOP_GRACE_SECONDS = 5.0
+
+
+def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
+    """Add the ``worker`` command."""
+    worker = commands.add_parser(
+        "worker",
+        parents=[common_options(output=False)],
+        help="run a worker process until SIGTERM/SIGINT (or, with --burst, until empty)",
+        description="Run the tasks of an App. SIGTERM or SIGINT stops fetching and lets "
+        "running tasks finish (up to --drain-timeout-seconds); a second signal cancels "
+        "them at once and releases their messages. Exit 0 after either.",
+    )
+    worker.add_argument(
+        "app", nargs="?", metavar="MODULE:APP", help="the App to run (or setting 'app')"
+    )
+    worker.add_argument("--burst", action="store_true", help="stop once the queue is empty")
+    runner_options(worker)
+
+
+async def run_worker(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the worker until stopped; 0 after a signal or an empty queue in burst mode."""
+    if settings.app is None:
+        raise UsageError(
+            "worker needs the App to run: taskrunner worker MODULE:APP "
+            "(or set 'app' in the config file or TASKRUNNER_APP)"
+        )
+    app = load_app(settings.app, where=settings.source_of("app"))
+    process = _WorkerProcess(settings.runner.drain_timeout_seconds)
+    with signal_handlers(process.on_signal):
+        try:
+            await process.serve(app, settings, burst=args.burst)
+        except asyncio.CancelledError:
+            if process.signals:
+                # A signal before the runner existed, or the forced stop after a second.
+                return EXIT_OK
+            raise
+    return EXIT_OK
+
+
+class _WorkerProcess:
+    """The worker command's state: its runner (once built) and the signals seen."""
+
+    def __init__(self, drain_timeout_seconds: float) -> None:
+        self.runner: Runner | None = None
+        self.signals = 0
+        self._drain = drain_timeout_seconds
+        self._task = asyncio.current_task()
+
+    def on_signal(self, signum: int) -> None:
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.runner is None:
+            _log.warning("%s received before the worker started; exiting", name)
+            if self._task is not None:
+                self._task.cancel()
+            return
+        if self.signals == 1:
+            _log.warning(
+                "%s received: stopping; running tasks get up to %gs to finish "
+                "(send it again to stop now)",
+                name,
+                self._drain,
+            )
+        else:
+            _log.warning(
+                "%s received again: cancelling running tasks and releasing their messages",
+                name,
+            )
+            if self.signals == 2:
+                asyncio.get_running_loop().call_later(FORCE_STOP_GRACE_SECONDS, self._force)
+        self.runner.stop()
+
+    def _force(self) -> None:
+        # The runner should be gone by now. If a loop inside it missed its cancellation
+        # (Python 3.11's asyncio.wait_for can swallow one in client libraries),
+        # cancelling the command's task cancels every loop of its TaskGroup once more:
+        # the promise "a second signal stops fast" must not depend on every library.
+        if self._task is not None and not self._task.done():
+            _log.warning(
+                "the worker did not stop within %gs of the second signal; cancelling it",
+                FORCE_STOP_GRACE_SECONDS,
+            )
+            self._task.cancel()
+
+    async def serve(self, app: App, settings: Settings, *, burst: bool) -> None:
+        url = settings.url
+        queue = await connect(url, app.queue)
+        try:
+            if url.partition("://")[0].lower() == "memory":
+                _log.warning(
+                    "backend memory:// lives in this process: no other process can enqueue "
+                    "to this worker; use a shared backend such as redis://"
+                )
+            runner = Runner(queue, app, settings.runner)
+            close_metrics = await _start_metrics(runner, settings)
+            _log.info(
+                "worker for %s: queue %r on %s%s",
+                settings.app,
+                app.queue,
+                mask_url(url),
+                " (burst: stops when the queue is empty)" if burst else "",
+            )
+            self.runner = runner
+            try:
+                await runner.run(burst=burst)
+            finally:
+                if close_metrics is not None:
+                    close_metrics()
+        finally:
+            await queue.aclose()
+
+
+async def _start_metrics(runner: Runner, settings: Settings) -> Callable[[], None] | None:
+    """Start the Prometheus exporter when ``metrics_port`` is set; returns its closer."""
+    port = settings.metrics_port
+    if port is None:
+        return None
+    from taskrunner.metrics import start_metrics_server
+
+    try:
+        server = start_metrics_server(runner, port, addr=settings.metrics_addr)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"metrics_port={port} (from {settings.source_of('metrics_port')}): cannot listen "
+            f"on {settings.metrics_addr}:{port}: {exc.strerror or exc}",
+            setting="metrics_port",
+        ) from None
+    _log.info("metrics on http://%s:%d/metrics", settings.metrics_addr, server.port)
+    return server.close
