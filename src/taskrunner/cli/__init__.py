@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -57,8 +58,8 @@ from taskrunner.cli.common import (
 )
 from taskrunner.cli.output import Output
 from taskrunner.errors import BackendError, ConfigurationError, MessageError
-from taskrunner.logs import configure_logging, mask_secrets
-from taskrunner.settings import Settings, flag_name, load_settings
+from taskrunner.logs import configure_logging, mask_secrets, url_secrets
+from taskrunner.settings import Settings, env_name, flag_name, load_settings
 
 __all__ = ["EXIT_BACKEND", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "load_app", "main"]
 
@@ -84,11 +85,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module docstring)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Passwords of every URL the command may print: on the command line (wherever it
+    # is, even misplaced), in the environment, and later the configured one.
+    secrets = _secrets([*words, os.environ.get(env_name("url"), "")])
     parser = _parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except UsageError as exc:
-        print(f"{exc}\nRun 'taskrunner --help' for the commands and options.", file=sys.stderr)
+        _error(f"{exc}\nRun 'taskrunner --help' for the commands and options.", secrets)
         return EXIT_USAGE
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else EXIT_OK
@@ -97,31 +102,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous_level = root.level
     try:
         settings = _settings(args)
+        secrets = _secrets([settings.url], secrets)
         level = settings.log_level
         if args.command == "demo" and settings.source_of("log_level") == "default":
             level = "critical"  # the demo prints its own progress
-        handler = configure_logging(level, settings.log_format)
-        return _run(args, settings)
+        handler = configure_logging(level, settings.log_format, secrets=secrets)
+        return _run(args, settings, Output(args.output, sys.stdout, secrets))
     except ConfigurationError as exc:
-        print(f"taskrunner: configuration error: {mask_secrets(str(exc))}", file=sys.stderr)
+        _error(f"taskrunner: configuration error: {exc}", secrets)
         return EXIT_USAGE
     except (UsageError, MessageError) as exc:
-        print(f"taskrunner: {exc}", file=sys.stderr)
+        _error(f"taskrunner: {exc}", secrets)
         return EXIT_USAGE
     except BackendError as exc:
-        print(f"taskrunner: backend error: {mask_secrets(str(exc))}", file=sys.stderr)
+        _error(f"taskrunner: backend error: {exc}", secrets)
         return EXIT_BACKEND
     except NotFoundError as exc:
-        print(f"taskrunner: {exc}", file=sys.stderr)
+        _error(f"taskrunner: {exc}", secrets)
         return EXIT_BACKEND
     except KeyboardInterrupt:
-        print("taskrunner: interrupted", file=sys.stderr)
+        _error("taskrunner: interrupted", secrets)
         return EXIT_INTERRUPTED
     finally:
         # In-process callers (tests) must not keep a handler on a stream they closed.
         if handler is not None:
             root.removeHandler(handler)
             root.setLevel(previous_level)
+
+
+def _secrets(texts: Sequence[str], known: Sequence[str] = ()) -> tuple[str, ...]:
+    found = dict.fromkeys(known)
+    for text in texts:
+        found.update(dict.fromkeys(url_secrets(text)))
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def _error(message: str, secrets: Sequence[str]) -> None:
+    """Print one error on stderr, with every URL password masked."""
+    print(mask_secrets(message, secrets), file=sys.stderr)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -138,8 +156,7 @@ def _settings(args: argparse.Namespace) -> Settings:
     return load_settings(overrides, config_file=args.config, override_labels=labels)
 
 
-def _run(args: argparse.Namespace, settings: Settings) -> int:
-    out = Output(args.output, sys.stdout)
+def _run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     command: str = args.command
     if command == "config":
         return config.show_config(settings, out)

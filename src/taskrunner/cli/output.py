@@ -12,15 +12,24 @@ from typing import Any, TextIO
 
 import msgspec
 
+from taskrunner.logs import mask_secrets
+
 __all__ = ["Output", "seconds", "short", "when"]
 
 
 @dataclass
 class Output:
-    """Where a command prints its result, in text or JSON."""
+    """Where a command prints its result, in text or JSON; URL passwords are masked.
+
+    Attributes:
+        format: ``text`` or ``json``.
+        stream: Where lines go.
+        secrets: Strings masked wherever they appear (see `taskrunner.logs.url_secrets`).
+    """
 
     format: str
     stream: TextIO
+    secrets: Sequence[str] = ()
 
     @property
     def json(self) -> bool:
@@ -29,11 +38,11 @@ class Output:
 
     def line(self, text: str = "") -> None:
         """Print one line."""
-        print(text, file=self.stream)
+        print(mask_secrets(text, self.secrets), file=self.stream)
 
     def document(self, value: Any) -> None:
         """Print `value` as indented JSON."""
-        print(msgspec.json.format(msgspec.json.encode(value), indent=2).decode(), file=self.stream)
+        self.line(msgspec.json.format(msgspec.json.encode(value), indent=2).decode())
 
     def table(
         self, headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = ""

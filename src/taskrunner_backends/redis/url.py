@@ -9,7 +9,7 @@ which pass through to ``redis.asyncio.Redis.from_url``. Anything else is a
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from taskrunner import mask_url
 from taskrunner.errors import ConfigurationError
@@ -84,13 +84,39 @@ def _check_value(name: str, value: str, url: str) -> None:
         )
 
 
+def _check_authority(url: str, parts: SplitResult) -> None:
+    """Refuse URLs whose user information leaked past the host, and ports that are no number.
+
+    An unencoded ``/``, ``?`` or ``#`` in a password ends the host part early: the rest
+    of the password lands in the path or query (with an ``@`` in it), and redis-py would
+    connect somewhere else or report part of the password as a bad port. The messages
+    here never quote any part of the URL but its masked form.
+    """
+    if "@" in parts.path or "@" in parts.query or "@" in parts.fragment:
+        raise ConfigurationError(
+            f"{mask_url(url)} has an '@' after its host part: the characters /, ?, # and @ "
+            "in a user name, password or option value must be percent-encoded (%2F, %3F, "
+            "%23, %40), e.g. with urllib.parse.quote(password, safe='')",
+            setting="url",
+        )
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        raise ConfigurationError(
+            f"the port in {mask_url(url)} must be a number from 0 to 65535",
+            setting="url",
+        ) from None
+
+
 def split_url(url: str) -> tuple[str, dict[str, str]]:
     """Split `url` into a URL for redis-py and this backend's own options.
 
     Raises:
-        ConfigurationError: The scheme is not redis, rediss or unix, the query names an
-            unknown option (the message lists the known ones), a TLS option on a URL
-            without TLS, or a value of the wrong kind.
+        ConfigurationError: The scheme is not redis, rediss or unix, a password or
+            option holds an unencoded ``/``, ``?``, ``#`` or ``@`` that breaks the URL's
+            structure, the port is no number, the query names an unknown option (the
+            message lists the known ones), a TLS option on a URL without TLS, or a value
+            of the wrong kind.
     """
     parts = urlsplit(url)
     if parts.scheme not in _SCHEMES:
@@ -99,6 +125,7 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
             f"expected one of {', '.join(s + '://' for s in _SCHEMES)}",
             setting="url",
         )
+    _check_authority(url, parts)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     names = [name for name, _ in pairs]
     unknown = sorted({n for n in names if n not in QUEUE_OPTIONS and n not in REDIS_OPTIONS})
