@@ -1,4 +1,4 @@
-"""The command line against Redis: dead-letter round trip, worker, inspect, demo."""
+"""The command line against Redis: dead-letter round trip, worker, inspect."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-import redis
 
 from taskrunner import open_queue
 from taskrunner.codec import decode_envelope
@@ -118,18 +117,3 @@ def test_inspect_lists_consumers_with_pending_counts_and_idle_times(
     assert report["oldest_in_flight_age_seconds"] is not None
     assert "  in flight       1  (longest idle " in table.out
     assert "    holder  1        " in table.out
-
-
-def test_demo_on_redis_leaves_no_message_behind(
-    run: Cli, redis_ns_url: str, redis_url: str, redis_namespace: str
-) -> None:
-    result = run("demo", "--url", redis_ns_url, "--tasks", "300", "--workers", "32")
-
-    assert result.code == 0, result.err
-    assert "processed      300" in result.out
-    client = redis.Redis.from_url(redis_url)
-    try:
-        keys = list(client.scan_iter(match=f"{redis_namespace}:*"))
-        assert all(client.type(k) == b"stream" and client.xlen(k) == 0 for k in keys), keys
-    finally:
-        client.close()

@@ -11,8 +11,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
+import redis
 
 from taskrunner import Producer, open_queue
 from tests.cli.apps import QUEUE, Slow, app
@@ -24,7 +26,7 @@ DEADLINE_SECONDS = 30.0
 
 
 class Process:
-    """``python -m taskrunner ARGV`` from the checkout; stderr collected by a thread."""
+    """``python -m taskrunner ARGV`` from the checkout; stdout and stderr collected by threads."""
 
     def __init__(self, *argv: str) -> None:
         env = {
@@ -37,23 +39,34 @@ class Process:
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         self._lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self._out: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.popen.stderr, self._lines), daemon=True),
+            threading.Thread(target=self._read, args=(self.popen.stdout, self._out), daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
 
-    def _read(self) -> None:
-        assert self.popen.stderr is not None
-        for line in self.popen.stderr:
-            self._lines.append(line)
+    @staticmethod
+    def _read(stream: IO[str] | None, lines: list[str]) -> None:
+        assert stream is not None
+        for line in stream:
+            lines.append(line)
 
     @property
     def err(self) -> str:
         """Everything written to stderr so far."""
         return "".join(self._lines)
+
+    @property
+    def out(self) -> str:
+        """Everything written to stdout so far."""
+        return "".join(self._out)
 
     def signal(self, signum: int) -> None:
         self.popen.send_signal(signum)
@@ -64,9 +77,11 @@ class Process:
             code = self.popen.wait(timeout=DEADLINE_SECONDS)
         except subprocess.TimeoutExpired:
             pytest.fail(f"still running after {DEADLINE_SECONDS}s:\n{self.err}")
-        self._reader.join(timeout=DEADLINE_SECONDS)
-        if self.popen.stderr is not None:
-            self.popen.stderr.close()
+        for reader in self._readers:
+            reader.join(timeout=DEADLINE_SECONDS)
+        for stream in (self.popen.stderr, self.popen.stdout):
+            if stream is not None:
+                stream.close()
         return code
 
     def wait_until(self, condition: Callable[[], bool], what: str) -> None:
@@ -193,3 +208,51 @@ def test_sigint_stops_an_idle_worker_with_exit_0(
 
     assert worker.wait() == 0, worker.err
     assert "SIGINT received: stopping" in worker.err
+
+
+def consumers_of(url: str, name: str = QUEUE) -> list[str]:
+    async def read() -> list[str]:
+        async with open_queue(url, name) as queue:
+            return [consumer.name for consumer in (await queue.stats()).consumers]
+
+    return asyncio.run(read())
+
+
+@pytest.mark.redis
+def test_a_worker_removes_its_own_consumers_when_it_stops_cleanly(
+    redis_ns_url: str, tmp_path: Path, start: Callable[..., Process]
+) -> None:
+    dispatch_slow(redis_ns_url, tmp_path, seconds=0)
+    worker = start("worker", "tests.cli.apps:app", "--url", redis_ns_url)
+    worker.wait_until((tmp_path / "finished").exists, "the task ran")
+    worker.wait_until(lambda: counts(redis_ns_url) == (0, 0, 0), "the task was acked")
+    # The fetcher that received the task is a consumer of the group, holding nothing.
+    [consumer] = consumers_of(redis_ns_url)
+    assert consumer.endswith(":f0")
+
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait() == 0, worker.err
+    assert consumers_of(redis_ns_url) == []
+    assert "could not remove" not in worker.err
+
+
+@pytest.mark.redis
+def test_an_interrupted_demo_on_redis_leaves_no_key_behind(
+    redis_url: str, redis_ns_url: str, redis_namespace: str, start: Callable[..., Process]
+) -> None:
+    # Two workers for 2000 tasks of 10-100 ms: still running when the signal comes.
+    demo = start("demo", "--url", redis_ns_url, "--tasks", "2000", "--workers", "2")
+    demo.wait_until(lambda: "dispatched 2000 tasks" in demo.out, "the demo dispatched")
+
+    demo.signal(signal.SIGINT)
+
+    assert demo.wait() == 0, demo.err
+    assert "Traceback" not in demo.err
+    processed = int(demo.out.split("processed")[1].split()[0])
+    assert processed < 2000
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert list(client.scan_iter(match=f"{redis_namespace}:*")) == []
+    finally:
+        client.close()

@@ -6,6 +6,7 @@ Commands::
     taskrunner enqueue TASK [--app MODULE:APP] [--json PAYLOAD | --file FILE|-]
     taskrunner inspect [--app MODULE:APP | --queue NAME ...] [--json]
     taskrunner dead-letters list|show ID|retry ID...|--all|purge ID...|--all [--yes]
+    taskrunner queue delete NAME [--yes]
     taskrunner demo [--url URL] [--tasks N] [--workers N]
     taskrunner config [--json]          (the effective settings and their sources)
 
@@ -30,7 +31,7 @@ backend goes away *after* start does not exit: it logs, backs off and resumes, s
 a supervisor does not restart-loop it.
 
 One module per command (``worker``, ``enqueue``, ``inspect``, ``dead_letters``,
-``demo``, ``config``); ``common`` holds what they share, ``output`` the printing.
+``queue``, ``demo``, ``config``); ``common`` holds what they share, ``output`` the printing.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskrunner import __version__
-from taskrunner.cli import config, dead_letters, demo, enqueue, inspect, worker
+from taskrunner.cli import config, dead_letters, demo, enqueue, inspect, queue, worker
 from taskrunner.cli.app import load_app
 from taskrunner.cli.common import (
     EXIT_BACKEND,
@@ -78,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     enqueue.add_parser(commands)
     inspect.add_parser(commands, common)
     dead_letters.add_parser(commands, common)
+    queue.add_parser(commands, common)
     demo.add_parser(commands)
     config.add_parser(commands, common)
     return parser
@@ -168,4 +170,6 @@ def _run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
         return asyncio.run(enqueue.run_enqueue(args, settings, out))
     if command == "inspect":
         return asyncio.run(inspect.run_inspect(args, settings, out))
+    if command == "queue":
+        return asyncio.run(queue.run_queue(args, settings, out))
     return asyncio.run(dead_letters.run_dead_letters(args, settings, out))

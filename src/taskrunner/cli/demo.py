@@ -42,7 +42,9 @@ async def run_demo_command(args: argparse.Namespace, settings: Settings) -> int:
     main_task = asyncio.current_task()
 
     def on_signal(signum: int) -> None:
-        if not runners and main_task is not None:
+        if not runners and main_task is not None and not main_task.cancelling():
+            # Once only: a second cancellation would cut short the clean-up that
+            # deletes the demo's queue.
             main_task.cancel()
         for runner in runners:
             runner.stop()  # the second signal skips the drain
