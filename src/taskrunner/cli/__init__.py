@@ -25,6 +25,8 @@ Exit codes:
 * 2 - bad usage or configuration: unknown flag or setting, a value breaking a rule, an
   App that cannot be imported, an unknown task, an invalid payload.
 * 130 - interrupted (Ctrl-C) during a command other than ``worker`` and ``demo``.
+* 141 - the reader of the output went away (``taskrunner config | head -1``): the
+  command stops quietly, as tools killed by SIGPIPE do (128 + 13).
 
 Errors the user can fix print one line, without a traceback. A ``worker`` whose
 backend goes away *after* start does not exit: it logs, backs off and resumes, so
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import logging
 import os
 import sys
@@ -49,6 +52,7 @@ from taskrunner.cli import config, dead_letters, demo, enqueue, inspect, queue, 
 from taskrunner.cli.app import load_app
 from taskrunner.cli.common import (
     EXIT_BACKEND,
+    EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
@@ -62,7 +66,15 @@ from taskrunner.errors import BackendError, ConfigurationError, MessageError
 from taskrunner.logs import configure_logging, mask_secrets, url_secrets
 from taskrunner.settings import Settings, env_name, flag_name, load_settings
 
-__all__ = ["EXIT_BACKEND", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "load_app", "main"]
+__all__ = [
+    "EXIT_BACKEND",
+    "EXIT_BROKEN_PIPE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "load_app",
+    "main",
+]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="taskrunner",
         description="Run and operate taskrunner workers.",
         epilog="Exit codes: 0 success, 1 backend failure or id not found, "
-        "2 usage or configuration error, 130 interrupted.",
+        "2 usage or configuration error, 130 interrupted, 141 output pipe closed.",
     )
     parser.add_argument("--version", action="version", version=f"taskrunner {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -87,6 +99,31 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module docstring)."""
+    try:
+        code = _main(argv)
+        # Flushed here, not at interpreter exit, so a closed pipe is caught below.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader of our output went away (``| head``): not an error worth a
+        # traceback. Python would try to flush again at exit and fail the same way.
+        _discard_output()
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _discard_output() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (OSError, ValueError, io.UnsupportedOperation):
+                continue  # not a real file (in-process callers capture output)
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # Passwords of every URL the command may print: on the command line (wherever it
     # is, even misplaced), in the environment, and later the configured one.

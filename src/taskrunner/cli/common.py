@@ -19,6 +19,7 @@ from taskrunner.settings import KEYS, Settings, flag_name
 
 __all__ = [
     "EXIT_BACKEND",
+    "EXIT_BROKEN_PIPE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
@@ -37,6 +38,8 @@ EXIT_OK = 0
 EXIT_BACKEND = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+# The reader of our stdout went away; 128 + SIGPIPE, as a shell reports a tool it killed.
+EXIT_BROKEN_PIPE = 141
 
 
 class UsageError(Exception):
