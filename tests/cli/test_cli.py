@@ -280,3 +280,100 @@ def test_load_app_lets_an_import_error_inside_the_module_propagate(
 def test_load_app_names_the_apps_of_a_module_when_the_attribute_is_missing() -> None:
     with pytest.raises(ConfigurationError, match="has no attribute 'ap'; App objects in it: app"):
         load_app("tests.cli.apps:ap")
+
+
+OTHER_APP = "tests.cli.apps:make_app"
+DOWN = "redis://127.0.0.1:1/0"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "expect"),
+    [
+        (["worker", "{app}", "--burst"], 0, "worker started: queue 'cli-tests'"),
+        (["inspect", "{app}"], 0, "queue 'cli-tests' on memory://"),
+        (["config", "{app}", "--json"], 0, '"value": "tests.cli.apps:app"'),
+        (["dead-letters", "list", "{app}"], 0, "no dead letters on queue 'cli-tests'"),
+        (
+            ["dead-letters", "show", "{app}", "dead-404"],
+            1,
+            "no dead letter 'dead-404' on queue 'cli-tests'",
+        ),
+        (
+            ["dead-letters", "retry", "{app}", "--all"],
+            0,
+            "retried 0 dead letter(s) onto queue 'cli-tests'",
+        ),
+        (
+            ["dead-letters", "retry", "{app}", "dead-1", "dead-2"],
+            1,
+            "2 of 2 id(s) were not dead letters of queue 'cli-tests'",
+        ),
+        (
+            ["dead-letters", "purge", "{app}", "--all", "--yes"],
+            0,
+            "purged 0 dead letter(s) from queue 'cli-tests'",
+        ),
+        # Validated against the App's task before anything connects.
+        (
+            ["enqueue", "{app}", "cli.greet", "--json", '{"nam": 1}'],
+            2,
+            "task 'cli.greet': payload does not match Greeting",
+        ),
+    ],
+    ids=lambda value: "-".join(value[:2]) if isinstance(value, list) else None,
+)
+@pytest.mark.parametrize("form", ["positional", "option", "both"])
+def test_every_command_takes_the_app_as_argument_or_with_app(
+    run: Cli, memory_url: str, argv: list[str], code: int, expect: str, form: str
+) -> None:
+    words: list[str] = []
+    for word in argv:
+        if word != "{app}":
+            words.append(word)
+        elif form == "option":
+            words += ["--app", APP]
+        else:
+            words.append(APP)
+    if form == "both":
+        # After the arguments: argparse takes no more arguments after an option.
+        words += ["--app", APP]
+
+    result = run(*words, "--url", DOWN if argv[0] == "enqueue" else memory_url)
+
+    assert result.code == code, result.err
+    assert expect in result.out + result.err, result.err
+    assert "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", APP, "--app", OTHER_APP, "--burst"],
+        ["inspect", APP, "--app", OTHER_APP],
+        ["config", OTHER_APP, "--app", APP],
+        ["dead-letters", "list", APP, "--app", OTHER_APP],
+        ["dead-letters", "show", APP, "1-0", "--app", OTHER_APP],
+        ["dead-letters", "purge", APP, "1-0", "--app", OTHER_APP, "--yes"],
+        ["enqueue", APP, "cli.noop", "--app", OTHER_APP],
+    ],
+    ids=lambda argv: "-".join(argv[:2]),
+)
+def test_the_app_given_twice_with_different_values_is_a_usage_error(
+    run: Cli, memory_url: str, argv: list[str]
+) -> None:
+    result = run(*argv, "--url", memory_url)
+
+    assert result.code == 2
+    assert "the App is given twice with different values" in result.err
+    assert APP in result.err
+    assert OTHER_APP in result.err
+
+
+def test_dead_letter_ids_are_never_taken_for_the_app(run: Cli, memory_url: str) -> None:
+    # Redis ids and memory ids have no MODULE:ATTRIBUTE shape: all of them are ids.
+    result = run(
+        "dead-letters", "retry", "1714824001234-0", "dead-7", "--app", APP, "--url", memory_url
+    )
+
+    assert result.code == 1
+    assert "2 of 2 id(s) were not dead letters of queue 'cli-tests'" in result.err

@@ -3,12 +3,15 @@
 Commands::
 
     taskrunner worker MODULE:APP [--url URL] [--num-workers N] [--burst] ...
-    taskrunner enqueue TASK [--app MODULE:APP] [--json PAYLOAD | --file FILE|-]
-    taskrunner inspect [--app MODULE:APP | --queue NAME ...] [--json]
+    taskrunner enqueue [MODULE:APP] TASK [--json PAYLOAD | --file FILE|-]
+    taskrunner inspect [MODULE:APP | --queue NAME ...] [--json]
     taskrunner dead-letters list|show ID|retry ID...|--all|purge ID...|--all [--yes]
     taskrunner queue delete NAME [--yes]
     taskrunner demo [--url URL] [--tasks N] [--workers N]
     taskrunner config [--json]          (the effective settings and their sources)
+
+Wherever a command takes an App, ``MODULE:APP`` may be its first argument or
+``--app MODULE:APP`` (both: they must agree).
 
 Every command reads settings as `taskrunner.settings` describes (defaults <
 ``[tool.taskrunner]`` of ./pyproject.toml or ``--config FILE`` < ``TASKRUNNER_*``
@@ -60,6 +63,7 @@ from taskrunner.cli.common import (
     Parser,
     UsageError,
     common_options,
+    resolve_app_argument,
 )
 from taskrunner.cli.output import Output
 from taskrunner.errors import BackendError, ConfigurationError, MessageError
@@ -189,8 +193,9 @@ def _settings(args: argparse.Namespace) -> Settings:
             key = name.removeprefix("setting:")
             overrides[key] = value
             labels[key] = f"option {flag_name(key)}"
-    if getattr(args, "app", None) is not None and args.command == "worker":
-        overrides["app"] = args.app
+    given = resolve_app_argument(args)
+    if given is not None:
+        overrides["app"] = given
         labels["app"] = "argument MODULE:APP"
     return load_settings(overrides, config_file=args.config, override_labels=labels)
 

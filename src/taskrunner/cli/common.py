@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import difflib
+import re
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,8 +28,11 @@ __all__ = [
     "Parser",
     "UsageError",
     "app_and_queue",
+    "app_argument",
+    "app_options",
     "common_options",
     "positive_int",
+    "resolve_app_argument",
     "runner_options",
     "setting_option",
     "signal_handlers",
@@ -131,6 +135,53 @@ def setting_option(
         default=argparse.SUPPRESS,
         help=help_text,
     )
+
+
+def app_options(parser: argparse.ArgumentParser, *, option: bool = True) -> None:
+    """Add the App of a command: an optional first argument, and ``--app`` (`option`).
+
+    `resolve_app_argument` reconciles the two.
+    """
+    app_argument(parser)
+    if option:
+        setting_option(parser, "app", metavar="MODULE:APP")
+
+
+def app_argument(parser: argparse.ArgumentParser) -> None:
+    """The optional positional ``MODULE:APP`` (add it before the command's own)."""
+    parser.add_argument(
+        "app_argument",
+        nargs="?",
+        metavar="MODULE:APP",
+        help="the App (the same as --app; or setting 'app')",
+    )
+
+
+# MODULE:ATTRIBUTE with dotted names on both sides: what an App argument looks like,
+# and what no backend's message id does (Redis: 1714824001234-0, memory: dead-3).
+_APP_SHAPE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def resolve_app_argument(args: argparse.Namespace) -> str | None:
+    """The App given as an argument (None if none), checked against ``--app``.
+
+    ``dead-letters retry`` and ``purge`` take any number of ids, so there the first
+    one is the App when it has the ``MODULE:ATTRIBUTE`` shape.
+
+    Raises:
+        UsageError: The argument and ``--app`` name different Apps.
+    """
+    given: str | None = getattr(args, "app_argument", None)
+    ids: list[str] | None = getattr(args, "ids", None)
+    if given is None and ids and _APP_SHAPE.fullmatch(ids[0]):
+        given = ids.pop(0)
+    option: str | None = getattr(args, "setting:app", None)
+    if given is not None and option is not None and option != given:
+        raise UsageError(
+            f"the App is given twice with different values: argument {given!r} and "
+            f"--app {option!r}; give it once"
+        )
+    return given
 
 
 def runner_options(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from taskrunner.cli.common import EXIT_OK, Parser, runner_options, setting_option
+from taskrunner.cli.common import EXIT_OK, Parser, app_options, runner_options
 from taskrunner.cli.output import Output
 from taskrunner.settings import Settings
 
@@ -18,7 +18,7 @@ def add_parser(commands: argparse._SubParsersAction[Parser], common: Parser) -> 
         parents=[common],
         help="print the effective settings and where each came from",
     )
-    setting_option(config, "app", metavar="MODULE:APP")
+    app_options(config)
     runner_options(config)
 
 

@@ -18,6 +18,7 @@ from taskrunner.cli.common import (
     Parser,
     UsageError,
     app_and_queue,
+    app_argument,
     setting_option,
 )
 from taskrunner.cli.output import Output, seconds, short, when
@@ -32,6 +33,8 @@ __all__ = ["SHOW_SCAN_LIMIT", "add_parser", "run_dead_letters"]
 # `dead-letters show ID` scans this many of the oldest dead letters for ID (the admin
 # contract lists oldest first and has no lookup by id).
 SHOW_SCAN_LIMIT = 10_000
+
+_IDS_HELP = "dead-letter ids; a first MODULE:APP argument names the App (same as --app)"
 
 # Dead-letter reasons are cut to this many characters in `dead-letters list`.
 _REASON_WIDTH = 60
@@ -49,22 +52,24 @@ def add_parser(commands: argparse._SubParsersAction[Parser], common: Parser) -> 
     listing = dead_commands.add_parser(
         "list", parents=[common, dead_common], help="the oldest dead letters"
     )
+    app_argument(listing)
     listing.add_argument("--limit", type=int, default=20, help="how many (default: %(default)s)")
     show = dead_commands.add_parser(
         "show", parents=[common, dead_common], help="one dead letter, with its payload"
     )
+    app_argument(show)
     show.add_argument("id", metavar="ID")
     retry = dead_commands.add_parser(
         "retry",
         parents=[common, dead_common],
         help="put dead letters back on their queue (each moved atomically)",
     )
-    retry.add_argument("ids", nargs="*", metavar="ID")
+    retry.add_argument("ids", nargs="*", metavar="ID", help=_IDS_HELP)
     retry.add_argument("--all", action="store_true", help="retry every dead letter")
     purge = dead_commands.add_parser(
         "purge", parents=[common, dead_common], help="delete dead letters for good"
     )
-    purge.add_argument("ids", nargs="*", metavar="ID")
+    purge.add_argument("ids", nargs="*", metavar="ID", help=_IDS_HELP)
     purge.add_argument("--all", action="store_true", help="delete every dead letter")
     purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 

@@ -16,13 +16,14 @@ from taskrunner.cli.common import (
     Parser,
     UsageError,
     app_and_queue,
+    app_options,
     common_options,
-    setting_option,
 )
 from taskrunner.cli.output import Output
 from taskrunner.errors import MessageError
 from taskrunner.producer import Producer
 from taskrunner.settings import Settings
+from taskrunner_backends.memory import InMemoryQueue
 
 __all__ = ["add_parser", "run_enqueue"]
 
@@ -36,12 +37,13 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "enqueue",
         parents=[common_options(json_flag=False)],
         help="dispatch a task, or one per line of a JSON-lines file",
-        description="Dispatch TASK. With --app (or setting 'app') the payload is validated "
+        description="Dispatch TASK. With an App (a first argument MODULE:APP, --app or "
+        "setting 'app') the payload is validated "
         "against the task's type; without, it is sent unchecked to --queue (default "
         "'default') and a worker dead-letters it if the task or payload is wrong.",
     )
+    app_options(enqueue)
     enqueue.add_argument("task", metavar="TASK", help="registered task name")
-    setting_option(enqueue, "app", metavar="MODULE:APP")
     enqueue.add_argument("--queue", help="queue name when no App is given (default: default)")
     payload = enqueue.add_mutually_exclusive_group()
     payload.add_argument("--json", dest="payload_json", metavar="JSON", help="the payload")
@@ -78,15 +80,17 @@ async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output)
             "this command exits (use a shared backend such as redis://)",
             file=sys.stderr,
         )
+    # Every payload is checked before anything connects, so one bad line sends nothing.
+    # encode() only builds bytes; the queue it is given is never touched.
+    producer = Producer(InMemoryQueue(), app)
+    bodies = []
+    for where, payload in payloads:
+        try:
+            bodies.append(producer.encode(task_name, payload))
+        except MessageError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+    ids: list[str] = []
     async with open_queue(settings.url, queue_name) as queue:
-        producer = Producer(queue, app)
-        bodies = []
-        for where, payload in payloads:
-            try:
-                bodies.append(producer.encode(task_name, payload))
-            except MessageError as exc:
-                raise UsageError(f"{where}: {exc}") from None
-        ids: list[str] = []
         for start in range(0, len(bodies), _ENQUEUE_CHUNK):
             ids.extend(await queue.add(bodies[start : start + _ENQUEUE_CHUNK]))
     if out.json:

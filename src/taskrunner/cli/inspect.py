@@ -9,7 +9,7 @@ import msgspec
 
 from taskrunner.backends import open_queue
 from taskrunner.cli.app import load_app
-from taskrunner.cli.common import EXIT_OK, Parser, setting_option
+from taskrunner.cli.common import EXIT_OK, Parser, app_options
 from taskrunner.cli.output import Output, seconds
 from taskrunner.logs import mask_url
 from taskrunner.queue import Queue, WorkerInfo
@@ -29,7 +29,7 @@ def add_parser(commands: argparse._SubParsersAction[Parser], common: Parser) -> 
         parents=[common],
         help="show queues: ready, in flight, dead, consumers, predicted wait",
     )
-    setting_option(inspect_, "app", metavar="MODULE:APP")
+    app_options(inspect_)
     inspect_.add_argument(
         "--queue",
         action="append",

@@ -15,6 +15,7 @@ from taskrunner.cli.common import (
     EXIT_OK,
     Parser,
     UsageError,
+    app_options,
     common_options,
     runner_options,
     signal_handlers,
@@ -43,9 +44,7 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "running tasks finish (up to --drain-timeout-seconds); a second signal cancels "
         "them at once and releases their messages. Exit 0 after either.",
     )
-    worker.add_argument(
-        "app", nargs="?", metavar="MODULE:APP", help="the App to run (or setting 'app')"
-    )
+    app_options(worker)
     worker.add_argument("--burst", action="store_true", help="stop once the queue is empty")
     runner_options(worker)
 
@@ -54,8 +53,8 @@ async def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     """Run the worker until stopped; 0 after a signal or an empty queue in burst mode."""
     if settings.app is None:
         raise UsageError(
-            "worker needs the App to run: taskrunner worker MODULE:APP "
-            "(or set 'app' in the config file or TASKRUNNER_APP)"
+            "worker needs the App to run: taskrunner worker MODULE:APP (or --app "
+            "MODULE:APP, or set 'app' in the config file or TASKRUNNER_APP)"
         )
     app = load_app(settings.app, where=settings.source_of("app"))
     process = _WorkerProcess(settings.runner.drain_timeout_seconds)
