@@ -16,7 +16,8 @@ return is run like the rest), let running tasks finish for up to
 release their messages for immediate redelivery. Plain ``def`` tasks cannot be
 interrupted: shutdown waits for their threads, heartbeating their leases, unless
 `stop` is called again, which leaves them leased to lapse (never released while the
-thread still runs). Acks still queued are sent before `run` returns. Nothing is lost:
+thread still runs). `Runner.skip_drain` cancels the async tasks at once but still
+waits for the threads. Acks still queued are sent before `run` returns. Nothing is lost:
 every message is acked, released, or left leased to lapse and be reclaimed.
 """
 
@@ -34,8 +35,9 @@ from typing import Any
 from taskrunner.acker import Acker
 from taskrunner.app import App
 from taskrunner.clock import Clock, SystemClock, wait_event
+from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
-from taskrunner.errors import BackendError
+from taskrunner.errors import BackendError, DecodeError
 from taskrunner.executor import Executor
 from taskrunner.fetcher import Fetcher
 from taskrunner.heartbeat import LeaseKeeper
@@ -115,6 +117,9 @@ class Runner:
         )
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
+        self._drain_skipped = False
+        # Leases whose thread was still running when a forced stop left it.
+        self._left: list[Lease] = []
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         # Each worker task and the lease it carries.
@@ -171,6 +176,28 @@ class Runner:
             self._force.set()
             self._idle.set()
         self._stop_requested.set()
+
+    def skip_drain(self) -> None:
+        """Stop without the drain, but still wait for plain ``def`` tasks.
+
+        Running ``async def`` tasks are cancelled at once and their messages released;
+        threads of plain ``def`` tasks cannot be interrupted, so `run` keeps waiting for
+        them, heartbeating their leases. A later `stop` leaves them (as a second `stop`
+        does). The command line's second signal calls this, its third `stop`.
+        """
+        self._drain_skipped = True
+        self._stop_requested.set()
+        self._idle.set()  # ends a drain in progress
+
+    @property
+    def threads_running(self) -> list[str]:
+        """Task names of plain ``def`` tasks whose threads still run, this run's or left.
+
+        After `run` returned from a forced stop, the threads it left behind: their
+        messages stay leased until the leases lapse, so the process should exit soon.
+        """
+        leases = [*self._running.values(), *self._left]
+        return [_task_name(lease) for lease in leases if _thread_running(lease)]
 
     def stats(self) -> RunnerStats:
         """Counters and pool figures of this runner, with the last queue observation."""
@@ -363,27 +390,29 @@ class Runner:
                 task.cancel()
         waiting = [*fetchers, *([reclaimer] if reclaimer is not None else [])]
         await asyncio.wait(waiting)
-        if self._running and not self._force.is_set():
+        if self._running and not (self._force.is_set() or self._drain_skipped):
             _log.info(
                 "draining %d running task(s) for up to %.1fs",
                 len(self._running),
                 self.config.drain_timeout_seconds,
             )
             await wait_event(self._clock, self._idle, self.config.drain_timeout_seconds)
-        in_threads = [task for task, lease in self._running.items() if _thread_running(lease)]
-        if self._running:
-            _log.warning("cancelling %d async task(s) still running", len(self._running))
-            others = [task for task in self._running if task not in in_threads]
+        threads = {task: lease for task, lease in self._running.items() if _thread_running(lease)}
+        in_threads = list(threads)
+        others = [task for task in self._running if task not in threads]
+        if others:
+            _log.warning("cancelling %d async task(s) still running", len(others))
             for task in others:
                 task.cancel()
-            if others:
-                await asyncio.wait(others)
+            await asyncio.wait(others)
         if in_threads and not self._force.is_set():
             # Threads cannot be interrupted; their leases stay heartbeated meanwhile.
             _log.warning(
-                "waiting for %d plain-def task(s) still running in threads; "
-                "stop again to leave them (their messages are then reclaimed after the lease)",
+                "waiting for %d plain-def task(s) still running in threads to return: %s; "
+                "their leases are kept; stop again to leave them (their messages are then "
+                "redelivered after the lease)",
                 len(in_threads),
+                ", ".join(_task_name(lease) for lease in threads.values()),
             )
             threads_done = asyncio.ensure_future(asyncio.wait(in_threads))
             forced = asyncio.ensure_future(self._force.wait())
@@ -393,6 +422,7 @@ class Runner:
                 threads_done.cancel()
                 forced.cancel()
         if self._running:
+            self._left = [lease for lease in self._running.values() if _thread_running(lease)]
             remaining = list(self._running)
             for task in remaining:
                 task.cancel()
@@ -414,3 +444,10 @@ class Runner:
 
 def _thread_running(lease: Lease) -> bool:
     return lease.thread is not None and not lease.thread.done()
+
+
+def _task_name(lease: Lease) -> str:
+    try:
+        return decode_envelope(lease.delivery.body).task
+    except DecodeError:  # pragma: no cover - a thread only runs a decoded task
+        return "-"

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from taskrunner import Producer, open_queue
-from tests.cli.apps import QUEUE, Slow, app
+from tests.cli.apps import QUEUE, Block, Slow, app
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -256,3 +256,111 @@ def test_an_interrupted_demo_on_redis_leaves_no_key_behind(
         assert list(client.scan_iter(match=f"{redis_namespace}:*")) == []
     finally:
         client.close()
+
+
+def dispatch_block(url: str, directory: Path) -> None:
+    async def send() -> None:
+        async with open_queue(url, QUEUE) as queue:
+            await Producer(queue, app).dispatch("cli.block", Block(str(directory)))
+
+    asyncio.run(send())
+
+
+def in_flight_idle(url: str) -> float | None:
+    async def read() -> float | None:
+        async with open_queue(url, QUEUE) as queue:
+            return (await queue.stats()).oldest_in_flight_age_seconds
+
+    return asyncio.run(read())
+
+
+def force_stop_with_a_thread_running(
+    url: str, directory: Path, start: Callable[..., Process], first: int, second: int
+) -> Process:
+    """A worker running cli.block in a thread, after two signals: waiting for the thread."""
+    dispatch_block(url, directory)
+    worker = start(
+        "worker",
+        "tests.cli.apps:app",
+        "--url",
+        url,
+        "--drain-timeout-seconds",
+        "120",
+        "--lease-seconds",
+        "2",
+    )
+    worker.wait_until((directory / "started").exists, "the thread task started")
+    worker.signal(first)
+    worker.wait_until(lambda: "draining 1 running task(s)" in worker.err, "draining")
+    worker.signal(second)
+    worker.wait_until(
+        lambda: "send another signal to exit now" in worker.err, "the second signal was handled"
+    )
+    return worker
+
+
+@pytest.mark.redis
+def test_a_forced_stop_says_which_thread_it_waits_for_and_keeps_its_lease(
+    redis_ns_url: str, tmp_path: Path, start: Callable[..., Process]
+) -> None:
+    worker = force_stop_with_a_thread_running(
+        redis_ns_url, tmp_path, start, signal.SIGTERM, signal.SIGTERM
+    )
+
+    assert (
+        "SIGTERM received again: cancelling running async tasks and releasing their "
+        "messages; waiting for 1 thread task(s) to return: cli.block; their leases are "
+        "kept; send another signal to exit now"
+    ) in worker.err
+    # Only a thread runs: no word about async tasks being cancelled.
+    assert "async task(s) still running" not in worker.err
+    assert "worker stopped" not in worker.err
+    # The lease is still heartbeated: its idle time drops back after the signal.
+    first = in_flight_idle(redis_ns_url)
+    assert first is not None
+    worker.wait_until(
+        lambda: (idle := in_flight_idle(redis_ns_url)) is not None and idle < first,
+        "a heartbeat after the second signal",
+    )
+
+    (tmp_path / "release").write_text("go")
+
+    assert worker.wait() == 0, worker.err
+    assert (tmp_path / "finished").read_text() == "ok"
+    assert counts(redis_ns_url) == (0, 0, 0)  # acked: the lease was still its own
+    assert "lease lost" not in worker.err
+    assert "Traceback" not in worker.err
+    assert worker.err.index("send another signal") < worker.err.index("worker stopped")
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize(
+    "signals",
+    [
+        (signal.SIGTERM, signal.SIGTERM, signal.SIGTERM),
+        (signal.SIGINT, signal.SIGINT, signal.SIGINT),
+        (signal.SIGTERM, signal.SIGTERM, signal.SIGINT),
+    ],
+    ids=["term", "int", "term-term-int"],
+)
+def test_a_third_signal_exits_at_once_and_leaves_the_thread_lease_to_lapse(
+    redis_ns_url: str,
+    tmp_path: Path,
+    start: Callable[..., Process],
+    signals: tuple[int, int, int],
+) -> None:
+    worker = force_stop_with_a_thread_running(redis_ns_url, tmp_path, start, *signals[:2])
+
+    worker.signal(signals[2])
+
+    assert worker.wait() == 0, worker.err
+    name = signal.Signals(signals[2]).name
+    assert (
+        f"{name} received a third time: exiting now, with 1 thread task(s) still running: "
+        "cli.block; their messages stay leased and are redelivered once their leases lapse "
+        "(safe: the threads end with this process)"
+    ) in worker.err
+    assert "Traceback" not in worker.err
+    assert "Exception ignored" not in worker.err
+    assert not (tmp_path / "finished").exists()
+    assert counts(redis_ns_url) == (0, 1, 0)  # left leased, not released to run twice

@@ -20,9 +20,10 @@ environment variables < flags). Output is a human-readable table; ``--json`` (fo
 
 Exit codes:
 
-* 0 - success; for ``worker``: stopped by SIGTERM/SIGINT (drained, or after a second
-  signal with running tasks cancelled and their messages released), or ``--burst``
-  found the queue empty.
+* 0 - success; for ``worker``: stopped by SIGTERM/SIGINT (drained; or after a second
+  signal, with running async tasks cancelled and their messages released and plain
+  ``def`` tasks waited for; or after a third, leaving those leased to lapse), or
+  ``--burst`` found the queue empty.
 * 1 - the backend failed (unreachable at start, refused the credentials, replied
   with an error), or ``dead-letters show/retry/purge`` did not find an id.
 * 2 - bad usage or configuration: unknown flag or setting, a value breaking a rule, an

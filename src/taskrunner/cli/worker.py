@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import os
 import signal
+import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from taskrunner.app import App
 from taskrunner.backends import connect
@@ -29,8 +33,9 @@ __all__ = ["FORCE_STOP_GRACE_SECONDS", "add_parser", "run_worker"]
 
 _log = logging.getLogger("taskrunner.cli")
 
-# After a second SIGTERM/SIGINT, how long the runner may take to return before the
-# command cancels it outright (seconds).
+# After the signal that should end the worker (the second without threads running,
+# else the third), how long the runner may take to return before the command cancels
+# it outright (seconds).
 FORCE_STOP_GRACE_SECONDS = 5.0
 
 
@@ -42,7 +47,9 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         help="run a worker process until SIGTERM/SIGINT (or, with --burst, until empty)",
         description="Run the tasks of an App. SIGTERM or SIGINT stops fetching and lets "
         "running tasks finish (up to --drain-timeout-seconds); a second signal cancels "
-        "them at once and releases their messages. Exit 0 after either.",
+        "async tasks at once and releases their messages, and keeps waiting for plain "
+        "def tasks (threads cannot be interrupted; their leases are kept); a third exits "
+        "at once, leaving those messages leased until their leases lapse. Exit 0.",
     )
     app_options(worker)
     worker.add_argument("--burst", action="store_true", help="stop once the queue is empty")
@@ -50,7 +57,13 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 async def run_worker(args: argparse.Namespace, settings: Settings) -> int:
-    """Run the worker until stopped; 0 after a signal or an empty queue in burst mode."""
+    """Run the worker until stopped; 0 after a signal or an empty queue in burst mode.
+
+    Signals: the first stops fetching and drains; the second cancels the running
+    ``async def`` tasks (their messages are released) and keeps waiting, with their
+    leases heartbeated, for plain ``def`` tasks, whose threads cannot be interrupted;
+    the third exits at once, leaving those messages leased until their leases lapse.
+    """
     if settings.app is None:
         raise UsageError(
             "worker needs the App to run: taskrunner worker MODULE:APP (or --app "
@@ -62,11 +75,23 @@ async def run_worker(args: argparse.Namespace, settings: Settings) -> int:
         try:
             await process.serve(app, settings, burst=args.burst)
         except asyncio.CancelledError:
-            if process.signals:
-                # A signal before the runner existed, or the forced stop after a second.
-                return EXIT_OK
-            raise
+            if not process.signals:
+                raise
+            # A signal before the runner existed, or the forced stop after a second.
+    if process.runner is not None and process.runner.threads_running:
+        # Only after the third signal: threads the runner left behind. Python would
+        # wait for them at exit (silently, for as long as they run); exit instead. The
+        # threads end with the process, so their leased messages cannot run twice.
+        _exit_now(EXIT_OK)
     return EXIT_OK
+
+
+def _exit_now(code: int) -> NoReturn:
+    logging.shutdown()  # flushes every handler
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 class _WorkerProcess:
@@ -81,11 +106,17 @@ class _WorkerProcess:
     def on_signal(self, signum: int) -> None:
         self.signals += 1
         name = signal.Signals(signum).name
-        if self.runner is None:
+        runner = self.runner
+        if runner is None:
             _log.warning("%s received before the worker started; exiting", name)
             if self._task is not None:
                 self._task.cancel()
             return
+        threads = runner.threads_running
+        listed = f"{len(threads)} thread task(s)"
+        if threads:
+            listed += f" {'to return' if self.signals == 2 else 'still running'}: "
+            listed += ", ".join(threads)
         if self.signals == 1:
             _log.warning(
                 "%s received: stopping; running tasks get up to %gs to finish "
@@ -93,23 +124,50 @@ class _WorkerProcess:
                 name,
                 self._drain,
             )
+            runner.stop()
+        elif self.signals == 2:
+            if threads:
+                _log.warning(
+                    "%s received again: cancelling running async tasks and releasing their "
+                    "messages; waiting for %s; their leases are kept; send another signal "
+                    "to exit now",
+                    name,
+                    listed,
+                )
+            else:
+                _log.warning(
+                    "%s received again: cancelling running tasks and releasing their messages",
+                    name,
+                )
+                self._force_later()
+            runner.skip_drain()
+        elif self.signals == 3:
+            if threads:
+                _log.warning(
+                    "%s received a third time: exiting now, with %s; their messages stay "
+                    "leased and are redelivered once their leases lapse (safe: the threads "
+                    "end with this process)",
+                    name,
+                    listed,
+                )
+            else:
+                _log.warning("%s received a third time: stopping now", name)
+            runner.stop()
+            self._force_later()
         else:
-            _log.warning(
-                "%s received again: cancelling running tasks and releasing their messages",
-                name,
-            )
-            if self.signals == 2:
-                asyncio.get_running_loop().call_later(FORCE_STOP_GRACE_SECONDS, self._force)
-        self.runner.stop()
+            self._force()
+
+    def _force_later(self) -> None:
+        asyncio.get_running_loop().call_later(FORCE_STOP_GRACE_SECONDS, self._force)
 
     def _force(self) -> None:
         # The runner should be gone by now. If a loop inside it missed its cancellation
         # (Python 3.11's asyncio.wait_for can swallow one in client libraries),
         # cancelling the command's task cancels every loop of its TaskGroup once more:
-        # the promise "a second signal stops fast" must not depend on every library.
+        # the promise "a further signal stops fast" must not depend on every library.
         if self._task is not None and not self._task.done():
             _log.warning(
-                "the worker did not stop within %gs of the second signal; cancelling it",
+                "the worker did not stop within %gs of the signal; cancelling it",
                 FORCE_STOP_GRACE_SECONDS,
             )
             self._task.cancel()
