@@ -25,7 +25,7 @@ import datetime
 import logging
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TextIO
 from urllib.parse import quote, unquote
 
@@ -43,6 +43,7 @@ __all__ = [
     "TaskContextFilter",
     "configure_logging",
     "log_delivery",
+    "log_fields",
     "MIN_SECRET_CHARS",
     "mask_secrets",
     "mask_url",
@@ -56,6 +57,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
 
 LogFormat = Literal["text", "json"]
+
+# The record attribute `log_fields` puts its fields in.
+_FIELDS = "taskrunner_fields"
 
 # Name of the handler `configure_logging` installs, so a second call replaces it.
 _HANDLER_NAME = "taskrunner.cli"
@@ -89,6 +93,18 @@ def log_delivery(
         "consumer": delivery.receipt.consumer,
     }
     logger.log(level, message, *args, extra=extra, exc_info=exc_info)
+
+
+def log_fields(
+    logger: logging.Logger, level: int, message: str, fields: Mapping[str, object]
+) -> None:
+    """Log `message` with `fields` as structured data (cheap when the level is off).
+
+    The text format appends them as ``key=value`` (None values left out), the JSON
+    format adds them as keys of the record's object (never replacing its own keys).
+    """
+    if logger.isEnabledFor(level):
+        logger.log(level, message, extra={_FIELDS: dict(fields)})
 
 
 def mask_url(url: str) -> str:
@@ -196,6 +212,23 @@ def _delivery_fields(record: logging.LogRecord) -> dict[str, Any]:
     return {name: getattr(record, name) for name in DELIVERY_FIELDS if hasattr(record, name)}
 
 
+def _extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    fields = getattr(record, _FIELDS, None)
+    return dict(fields) if isinstance(fields, dict) else {}
+
+
+def _text_value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    # Quoted when it would not read back as one key=value word.
+    return text if text and not any(c in text for c in ' ="') else _json_text(text)
+
+
+def _json_text(text: str) -> str:
+    return msgspec.json.encode(text).decode()
+
+
 class TaskContextFilter(logging.Filter):
     """Adds the delivery fields of the running task to records that lack them.
 
@@ -237,10 +270,13 @@ class DeliveryFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         """The base format followed by the record's delivery fields."""
         text = super().formatMessage(record)
-        fields = _delivery_fields(record)
-        if fields:
-            text += " " + " ".join(f"{name}={value}" for name, value in fields.items())
-        return text
+        words = [f"{name}={value}" for name, value in _delivery_fields(record).items()]
+        words += [
+            f"{name}={_text_value(value)}"
+            for name, value in _extra_fields(record).items()
+            if value is not None
+        ]
+        return f"{text} {' '.join(words)}" if words else text
 
     def format(self, record: logging.LogRecord) -> str:
         """Format as usual, then mask URL passwords and the secrets given."""
@@ -273,6 +309,10 @@ class JsonFormatter(logging.Formatter):
             "message": mask_secrets(record.getMessage(), self._secrets),
         }
         document.update(_delivery_fields(record))
+        for name, value in _extra_fields(record).items():
+            if name not in document:
+                ok = value is None or isinstance(value, bool | int | float | str)
+                document[name] = value if ok else str(value)
         if record.exc_info:
             exception = self.formatException(record.exc_info)
             document["exception"] = mask_secrets(exception, self._secrets)

@@ -30,6 +30,7 @@ import secrets
 import socket
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import fields
 from typing import Any
 
 from taskrunner.acker import Acker
@@ -42,6 +43,7 @@ from taskrunner.executor import Executor
 from taskrunner.fetcher import Fetcher
 from taskrunner.heartbeat import LeaseKeeper
 from taskrunner.leases import Lease, LeaseTable, adopt
+from taskrunner.logs import log_fields
 from taskrunner.monitor import Monitor
 from taskrunner.pool import WorkerPool
 from taskrunner.queue import Delivery, Queue
@@ -281,7 +283,7 @@ class Runner:
         finally:
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
-            _log.info("worker stopped: %s", self.stats())
+            log_fields(_log, logging.INFO, "worker stopped", _stop_fields(self.stats()))
 
     async def _forget_consumers(self) -> None:
         # Consumer names are unique per run, so the backend would otherwise keep this
@@ -444,6 +446,11 @@ class Runner:
 
 def _thread_running(lease: Lease) -> bool:
     return lease.thread is not None and not lease.thread.done()
+
+
+def _stop_fields(stats: RunnerStats) -> dict[str, object]:
+    """The scalar statistics, for the structured "worker stopped" line."""
+    return {f.name: getattr(stats, f.name) for f in fields(stats) if f.name != "tasks"}
 
 
 def _task_name(lease: Lease) -> str:

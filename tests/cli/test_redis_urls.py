@@ -63,7 +63,7 @@ def test_a_unix_socket_path_is_a_file_not_a_database() -> None:
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/abc", "redis://:hunter2@127.0.0.1:1/0/1"])
 def test_the_cli_reports_a_bad_database_path_as_a_configuration_error(run: Cli, url: str) -> None:
-    result = run("inspect", "--url", url)
+    result = run("inspect", "--queue", "q", "--url", url)
 
     assert result.code == 2, result.err
     assert result.err.startswith("taskrunner: configuration error: ")

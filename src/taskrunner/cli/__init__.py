@@ -3,7 +3,7 @@
 Commands::
 
     taskrunner worker MODULE:APP [--url URL] [--num-workers N] [--burst] ...
-    taskrunner enqueue [MODULE:APP] TASK [--json PAYLOAD | --file FILE|-]
+    taskrunner enqueue [MODULE:APP] TASK [--payload JSON | --file FILE|-] [--json]
     taskrunner inspect [MODULE:APP | --queue NAME ...] [--json]
     taskrunner dead-letters list|show ID|retry ID...|--all|purge ID...|--all [--yes]
     taskrunner queue delete NAME [--yes]
@@ -15,8 +15,10 @@ Wherever a command takes an App, ``MODULE:APP`` may be its first argument or
 
 Every command reads settings as `taskrunner.settings` describes (defaults <
 ``[tool.taskrunner]`` of ./pyproject.toml or ``--config FILE`` < ``TASKRUNNER_*``
-environment variables < flags). Output is a human-readable table; ``--json`` (for
-``enqueue``: ``--output json``, since its ``--json`` is the payload) prints JSON.
+environment variables < flags). Output is a human-readable table; ``--json`` (or
+``--output json``) prints JSON, in every command. ``enqueue`` takes its payload with
+``--payload JSON``; its ``--json PAYLOAD`` of earlier versions is refused with a message
+naming ``--payload`` (a silent change of meaning would send the payload as the task).
 
 Exit codes:
 
@@ -135,6 +137,8 @@ def _main(argv: Sequence[str] | None) -> int:
     secrets = _secrets([*words, os.environ.get(env_name("url"), "")])
     parser = _parser()
     try:
+        if words[:1] == ["enqueue"]:
+            enqueue.check_old_payload_flag(words[1:])
         args = parser.parse_args(words)
     except UsageError as exc:
         _error(f"{exc}\nRun 'taskrunner --help' for the commands and options.", secrets)

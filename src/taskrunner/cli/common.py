@@ -10,6 +10,7 @@ import asyncio
 import difflib
 import re
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -19,6 +20,8 @@ from taskrunner.cli.app import load_app
 from taskrunner.settings import KEYS, Settings, flag_name
 
 __all__ = [
+    "CHOOSE_QUEUE",
+    "DEFAULT_QUEUE",
     "EXIT_BACKEND",
     "EXIT_BROKEN_PIPE",
     "EXIT_INTERRUPTED",
@@ -31,6 +34,8 @@ __all__ = [
     "app_argument",
     "app_options",
     "common_options",
+    "is_memory",
+    "note_default_queue",
     "positive_int",
     "resolve_app_argument",
     "runner_options",
@@ -212,8 +217,21 @@ def positive_int(text: str) -> int:
     return value
 
 
-def app_and_queue(args: argparse.Namespace, settings: Settings) -> tuple[App | None, str]:
-    """The configured App (if any) and the queue a command works on."""
+DEFAULT_QUEUE = "default"
+
+# How to choose a queue, for the notes printed when none was chosen.
+CHOOSE_QUEUE = "choose one with --queue NAME, or give the App as MODULE:APP or --app"
+
+
+def app_and_queue(
+    args: argparse.Namespace, settings: Settings, *, note: bool = True
+) -> tuple[App | None, str]:
+    """The configured App (if any) and the queue a command works on.
+
+    With neither an App nor ``--queue``, the queue is ``default``; with `note`, a note on
+    stderr says so (a misconfigured command would otherwise show an empty queue as if
+    it were the right one).
+    """
     app = None if settings.app is None else load_app(settings.app, where=settings.source_of("app"))
     queue_name: str | None = args.queue
     if app is not None and queue_name is not None and queue_name != app.queue:
@@ -221,7 +239,24 @@ def app_and_queue(args: argparse.Namespace, settings: Settings) -> tuple[App | N
             f"--queue {queue_name!r} differs from the queue of {settings.app} ({app.queue!r}); "
             "give one or the other"
         )
-    return app, queue_name or (app.queue if app is not None else "default")
+    if queue_name is None and app is None:
+        if note:
+            note_default_queue()
+        return None, DEFAULT_QUEUE
+    return app, queue_name or (app.queue if app is not None else DEFAULT_QUEUE)
+
+
+def note_default_queue() -> None:
+    """Say on stderr that the command works on queue ``default`` for want of a choice."""
+    print(
+        f"taskrunner: note: no App given: working on queue {DEFAULT_QUEUE!r} ({CHOOSE_QUEUE})",
+        file=sys.stderr,
+    )
+
+
+def is_memory(url: str) -> bool:
+    """Whether `url` names the in-process backend, whose messages die with the process."""
+    return url.partition("://")[0].lower() == "memory"
 
 
 @contextmanager

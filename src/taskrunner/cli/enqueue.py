@@ -12,12 +12,15 @@ import msgspec
 from taskrunner.app import App
 from taskrunner.backends import open_queue
 from taskrunner.cli.common import (
+    CHOOSE_QUEUE,
+    DEFAULT_QUEUE,
     EXIT_OK,
     Parser,
     UsageError,
     app_and_queue,
     app_options,
     common_options,
+    is_memory,
 )
 from taskrunner.cli.output import Output
 from taskrunner.errors import MessageError
@@ -25,7 +28,7 @@ from taskrunner.producer import Producer
 from taskrunner.settings import Settings
 from taskrunner_backends.memory import InMemoryQueue
 
-__all__ = ["add_parser", "run_enqueue"]
+__all__ = ["add_parser", "check_old_payload_flag", "run_enqueue"]
 
 # Messages per `Queue.add` call.
 _ENQUEUE_CHUNK = 1000
@@ -35,18 +38,21 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """Add the ``enqueue`` command."""
     enqueue = commands.add_parser(
         "enqueue",
-        parents=[common_options(json_flag=False)],
+        parents=[common_options()],
         help="dispatch a task, or one per line of a JSON-lines file",
-        description="Dispatch TASK. With an App (a first argument MODULE:APP, --app or "
-        "setting 'app') the payload is validated "
-        "against the task's type; without, it is sent unchecked to --queue (default "
-        "'default') and a worker dead-letters it if the task or payload is wrong.",
+        description="Dispatch TASK to a shared backend (not memory://, whose messages "
+        "would die with this command). With an App (a first argument MODULE:APP, --app "
+        "or setting 'app') the payload is validated against the task's type; without, it "
+        "is sent unchecked to --queue (default 'default') and a worker dead-letters it if "
+        "the task or payload is wrong. --json (or --output json) prints the result as JSON.",
     )
     app_options(enqueue)
     enqueue.add_argument("task", metavar="TASK", help="registered task name")
     enqueue.add_argument("--queue", help="queue name when no App is given (default: default)")
     payload = enqueue.add_mutually_exclusive_group()
-    payload.add_argument("--json", dest="payload_json", metavar="JSON", help="the payload")
+    payload.add_argument(
+        "--payload", dest="payload_json", metavar="JSON", help="the payload, as JSON"
+    )
     payload.add_argument(
         "--file",
         metavar="FILE",
@@ -54,9 +60,43 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     )
 
 
+def check_old_payload_flag(words: list[str]) -> None:
+    """Refuse ``enqueue --json PAYLOAD``, the payload flag before ``--payload``.
+
+    ``--json`` is the output format now, as in every other command. Without this check
+    the payload would silently become the task name (``--json`` takes no value).
+
+    Raises:
+        UsageError: ``--json=VALUE``, or ``--json`` followed by a JSON document.
+    """
+    for index, word in enumerate(words):
+        if word == "--":
+            return
+        value = None
+        if word.startswith("--json="):
+            value = word.partition("=")[2]
+        elif word == "--json" and index + 1 < len(words):
+            value = words[index + 1]
+            try:
+                msgspec.json.decode(value)
+            except msgspec.DecodeError:
+                continue  # a task name or the next option: --json is the output flag
+        if value is not None:
+            raise UsageError(
+                "enqueue: --json is the output format (as in every command); give the "
+                "payload with --payload JSON"
+            )
+
+
 async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     """Validate every payload, send them all, print the message ids."""
-    app, queue_name = app_and_queue(args, settings)
+    if is_memory(settings.url):
+        raise UsageError(
+            "enqueue: memory:// lives in this process, so the messages would be gone when "
+            "this command exits; give a shared backend with --url or TASKRUNNER_URL, e.g. "
+            "redis://127.0.0.1:6379/0"
+        )
+    app, queue_name = app_and_queue(args, settings, note=False)
     task_name: str = args.task
     if app is None:
         app = App(queue_name)
@@ -66,20 +106,17 @@ async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output)
         def _untyped(payload: Any) -> None:  # pragma: no cover - never run
             del payload
 
+        where = (
+            "" if args.queue is not None else f" and go to queue {DEFAULT_QUEUE!r} ({CHOOSE_QUEUE})"
+        )
         print(
-            f"taskrunner: no --app: payloads for {task_name!r} are not validated; a worker "
-            "dead-letters them if the task name or payload is wrong",
+            f"taskrunner: no App given: payloads for {task_name!r} are not validated{where}; "
+            "a worker dead-letters them if the task name or payload is wrong",
             file=sys.stderr,
         )
     else:
         app.get_task(task_name)
     payloads = _read_payloads(args)
-    if settings.url.partition("://")[0].lower() == "memory":
-        print(
-            "taskrunner: note: memory:// lives in this process; the messages are gone when "
-            "this command exits (use a shared backend such as redis://)",
-            file=sys.stderr,
-        )
     # Every payload is checked before anything connects, so one bad line sends nothing.
     # encode() only builds bytes; the queue it is given is never touched.
     producer = Producer(InMemoryQueue(), app)
@@ -104,7 +141,7 @@ async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output)
 def _read_payloads(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """(where, payload) pairs: where names the flag or the file line, for errors."""
     if args.payload_json is not None:
-        return [("--json", _decode_json(args.payload_json, "--json"))]
+        return [("--payload", _decode_json(args.payload_json, "--payload"))]
     if args.file is None:
         return [("payload", None)]
     if args.file == "-":

@@ -9,7 +9,13 @@ import msgspec
 
 from taskrunner.backends import open_queue
 from taskrunner.cli.app import load_app
-from taskrunner.cli.common import EXIT_OK, Parser, app_options
+from taskrunner.cli.common import (
+    DEFAULT_QUEUE,
+    EXIT_OK,
+    Parser,
+    app_options,
+    note_default_queue,
+)
 from taskrunner.cli.output import Output, seconds
 from taskrunner.logs import mask_url
 from taskrunner.queue import Queue, WorkerInfo
@@ -103,7 +109,9 @@ async def _report(queue: Queue, name: str, url: str) -> _QueueReport:
 async def run_inspect(args: argparse.Namespace, settings: Settings, out: Output) -> int:
     """Print one report per queue."""
     app = None if settings.app is None else load_app(settings.app, where=settings.source_of("app"))
-    names: list[str] = args.queue or [app.queue if app is not None else "default"]
+    names: list[str] = args.queue or [app.queue if app is not None else DEFAULT_QUEUE]
+    if not args.queue and app is None:
+        note_default_queue()
     reports = []
     for name in dict.fromkeys(names):
         async with open_queue(settings.url, name) as queue:

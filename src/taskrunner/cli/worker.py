@@ -21,6 +21,7 @@ from taskrunner.cli.common import (
     UsageError,
     app_options,
     common_options,
+    is_memory,
     runner_options,
     signal_handlers,
 )
@@ -176,7 +177,7 @@ class _WorkerProcess:
         url = settings.url
         queue = await connect(url, app.queue)
         try:
-            if url.partition("://")[0].lower() == "memory":
+            if is_memory(url):
                 _log.warning(
                     "backend memory:// lives in this process: no other process can enqueue "
                     "to this worker; use a shared backend such as redis://"
