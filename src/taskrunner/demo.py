@@ -96,7 +96,7 @@ async def run_demo(
     *,
     url: str = DEFAULT_URL,
     tasks: int = 3000,
-    workers: int = 64,
+    num_workers: int = 64,
     retry_base_seconds: float = 0.05,
     out: TextIO | None = None,
     on_runner: Callable[[Runner], None] | None = None,
@@ -106,7 +106,7 @@ async def run_demo(
     Args:
         url: Backend URL.
         tasks: How many tasks to dispatch (half async, half sync).
-        workers: Worker pool size.
+        num_workers: Worker pool size.
         retry_base_seconds: Backoff before the first retry (short, so the demo is quick).
         out: Where progress and the summary go.
         on_runner: Called with the runner once it exists (the CLI uses it to stop
@@ -122,8 +122,8 @@ async def run_demo(
     ]
     config = RunnerConfig(
         num_fetchers=2,
-        num_workers=workers,
-        batch_size=workers,
+        num_workers=num_workers,
+        batch_size=num_workers,
         block_seconds=0.2,
         retry_base_seconds=retry_base_seconds,
         retry_max_seconds=retry_base_seconds * 4,

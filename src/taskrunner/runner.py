@@ -227,7 +227,7 @@ class Runner:
         wait_seconds = (
             min(config.block_seconds, _BURST_POLL_SECONDS) if burst else config.block_seconds
         )
-        batch_cooldown = None if config.tuning is None else config.tuning.cooldown_seconds
+        cooldown = None if config.tuning is None else config.tuning.cooldown_seconds
         names = self.consumer_names
         self.fetchers = [
             Fetcher(
@@ -240,7 +240,7 @@ class Runner:
                 lease_seconds=config.lease_seconds,
                 clock=self._clock,
                 stopping=self._stop_requested,
-                batch_cooldown_seconds=batch_cooldown,
+                cooldown_seconds=cooldown,
                 gate=self._gate,
             )
             for i in range(config.num_fetchers)
@@ -298,24 +298,28 @@ class Runner:
             _log.warning("could not remove this worker's consumer names: %s", exc)
 
     def _lease_keeper(self) -> LeaseKeeper:
+        interval = self.config.heartbeat_interval_seconds
+        assert interval is not None  # resolved when the config was built
         return LeaseKeeper(
             self._queue,
             self._leases,
             clock=self._clock,
-            interval_seconds=self.config.heartbeat_seconds,
+            interval_seconds=interval,
             lease_seconds=self.config.lease_seconds,
             stats=self._stats,
             gate=self._gate,
         )
 
     def _reclaimer(self, consumer: str) -> Reclaimer:
+        interval = self.config.reclaim_interval_seconds
+        assert interval is not None  # resolved when the config was built
         return Reclaimer(
             self._queue,
             self._pool,
             consumer=consumer,
             hand_over=self._reclaimed,
             batch_size=self.config.batch_size,
-            interval_seconds=self.config.reclaim_seconds,
+            interval_seconds=interval,
             lease_seconds=self.config.lease_seconds,
             clock=self._clock,
             stopping=self._stop_requested,

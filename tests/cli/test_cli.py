@@ -318,7 +318,7 @@ def test_worker_serves_metrics_when_metrics_port_is_set(run: Cli, memory_url: st
 
 
 def test_demo_processes_every_task_and_prints_a_summary(run: Cli, memory_url: str) -> None:
-    result = run("demo", "--url", memory_url, "--tasks", "200", "--workers", "16")
+    result = run("demo", "--url", memory_url, "--tasks", "200", "--num-workers", "16")
 
     assert result.code == 0
     assert "dispatched 200 tasks to 'demo-" in result.out

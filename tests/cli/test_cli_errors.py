@@ -49,7 +49,7 @@ DOWN = "redis://127.0.0.1:1/0"
             "configuration error: option --num-workers: num_workers='ten' must be an integer",
         ),
         (
-            ["worker", APP, "--workers", "0"],
+            ["worker", APP, "--num-workers", "0"],
             {},
             "configuration error: num_workers=0 must be >= 1 (from option --num-workers)",
         ),

@@ -88,7 +88,7 @@ def test_reading_an_existing_queue_changes_no_key(
 def test_the_demo_on_redis_leaves_no_key_behind(
     run: Cli, redis_ns_url: str, redis_namespace: str, client: redis.Redis
 ) -> None:
-    result = run("demo", "--url", redis_ns_url, "--tasks", "300", "--workers", "32")
+    result = run("demo", "--url", redis_ns_url, "--tasks", "300", "--num-workers", "32")
 
     assert result.code == 0, result.err
     assert "processed      300" in result.out

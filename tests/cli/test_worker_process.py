@@ -159,7 +159,7 @@ def test_worker_finishes_and_acks_the_running_task_on_sigterm_and_exits_0(
     redis_ns_url: str, tmp_path: Path, start: Callable[..., Process]
 ) -> None:
     dispatch_slow(redis_ns_url, tmp_path, seconds=1.5)
-    worker = start("worker", "tests.cli.apps:app", "--url", redis_ns_url, "--workers", "2")
+    worker = start("worker", "tests.cli.apps:app", "--url", redis_ns_url, "--num-workers", "2")
     worker.wait_until((tmp_path / "started").exists, "the task started")
 
     worker.signal(signal.SIGTERM)
@@ -242,7 +242,7 @@ def test_an_interrupted_demo_on_redis_leaves_no_key_behind(
     redis_url: str, redis_ns_url: str, redis_namespace: str, start: Callable[..., Process]
 ) -> None:
     # Two workers for 2000 tasks of 10-100 ms: still running when the signal comes.
-    demo = start("demo", "--url", redis_ns_url, "--tasks", "2000", "--workers", "2")
+    demo = start("demo", "--url", redis_ns_url, "--tasks", "2000", "--num-workers", "2")
     demo.wait_until(lambda: "dispatched 2000 tasks" in demo.out, "the demo dispatched")
 
     demo.signal(signal.SIGINT)

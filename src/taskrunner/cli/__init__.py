@@ -7,7 +7,7 @@ Commands::
     taskrunner inspect [MODULE:APP | --queue NAME ...] [--json]
     taskrunner dead-letters list|show ID|retry ID...|--all|purge ID...|--all [--yes]
     taskrunner queue delete NAME [--yes]
-    taskrunner demo [--url URL] [--tasks N] [--workers N]
+    taskrunner demo [--url URL] [--tasks N] [--num-workers N]
     taskrunner config [--json]          (the effective settings and their sources)
 
 Wherever a command takes an App, ``MODULE:APP`` may be its first argument or

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from taskrunner.app import App
 from taskrunner.cli.app import load_app
-from taskrunner.settings import KEYS, Settings, flag_name
+from taskrunner.settings import KEYS, RENAMED, Settings, flag_name
 
 __all__ = [
     "CHOOSE_QUEUE",
@@ -37,6 +37,7 @@ __all__ = [
     "is_memory",
     "note_default_queue",
     "positive_int",
+    "renamed_flag",
     "resolve_app_argument",
     "runner_options",
     "setting_option",
@@ -127,14 +128,13 @@ _METAVARS = {"int": "N", "port": "PORT", "float": "SECONDS", "optional_float": "
 
 
 def setting_option(
-    parser: argparse._ActionsContainer, key: str, *aliases: str, metavar: str | None = None
+    parser: argparse._ActionsContainer, key: str, *, metavar: str | None = None
 ) -> None:
-    """Add the flag of setting `key`; its value lands in ``setting:KEY`` when given."""
+    """Add the flag of setting `key` (its one name, dashed); the value lands in ``setting:KEY``."""
     spec = next(k for k in KEYS if k.name == key)
     help_text = spec.help + (f" ({', '.join(spec.choices)})" if spec.choices else "")
     parser.add_argument(
         flag_name(key),
-        *aliases,
         dest=f"setting:{key}",
         metavar=metavar or _METAVARS.get(spec.kind, "VALUE"),
         default=argparse.SUPPRESS,
@@ -189,13 +189,36 @@ def resolve_app_argument(args: argparse.Namespace) -> str | None:
     return given
 
 
+class _Renamed(argparse.Action):
+    """A former flag: using it is an error that names the one flag it became."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, new: str) -> None:
+        super().__init__(
+            option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
+        self.new = new
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        raise UsageError(f"{option_string} was renamed {self.new}")
+
+
+def renamed_flag(parser: argparse._ActionsContainer, old: str, new: str) -> None:
+    """Make `old` a usage error naming `new` (no silent aliases)."""
+    parser.add_argument(old, action=_Renamed, dest=f"renamed:{old}", new=new)
+
+
 def runner_options(parser: argparse.ArgumentParser) -> None:
     """Flags of every runner and tuning setting, and of the metrics exporter."""
     runner = parser.add_argument_group("runner settings (see docs/configuration.md)")
-    aliases = {"num_workers": ("--workers",), "num_fetchers": ("--fetchers",)}
     for key in KEYS:
         if key.group == "runner":
-            setting_option(runner, key.name, *aliases.get(key.name, ()))
+            setting_option(runner, key.name)
     tuning = parser.add_argument_group(
         "tuning mode (set min-workers, max-workers and desired-wait-seconds to enable)"
     )
@@ -204,6 +227,10 @@ def runner_options(parser: argparse.ArgumentParser) -> None:
             setting_option(tuning, key.name)
     setting_option(parser, "metrics_port", metavar="PORT")
     setting_option(parser, "metrics_addr", metavar="ADDRESS")
+    for old, new in RENAMED.items():
+        renamed_flag(parser, flag_name(old), flag_name(new))
+    renamed_flag(parser, "--workers", flag_name("num_workers"))
+    renamed_flag(parser, "--fetchers", flag_name("num_fetchers"))
 
 
 def positive_int(text: str) -> int:

@@ -12,6 +12,7 @@ from taskrunner.cli.common import (
     Parser,
     common_options,
     positive_int,
+    renamed_flag,
     signal_handlers,
 )
 from taskrunner.runner import Runner
@@ -31,7 +32,14 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "its own and deletes it at the end.",
     )
     demo.add_argument("--tasks", type=positive_int, default=3000, help="tasks to dispatch")
-    demo.add_argument("--workers", type=positive_int, default=64, help="worker pool size")
+    demo.add_argument(
+        "--num-workers",
+        type=positive_int,
+        default=64,
+        help="the demo worker's pool size (default: %(default)s; the demo sets its own "
+        "runner settings)",
+    )
+    renamed_flag(demo, "--workers", "--num-workers")
 
 
 async def run_demo_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -52,7 +60,10 @@ async def run_demo_command(args: argparse.Namespace, settings: Settings) -> int:
     with signal_handlers(on_signal):
         try:
             await run_demo(
-                url=settings.url, tasks=args.tasks, workers=args.workers, on_runner=runners.append
+                url=settings.url,
+                tasks=args.tasks,
+                num_workers=args.num_workers,
+                on_runner=runners.append,
             )
         except asyncio.CancelledError:
             print("taskrunner: interrupted", file=sys.stderr)
