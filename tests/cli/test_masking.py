@@ -201,6 +201,9 @@ def test_the_password_stays_hidden_from_the_environment_and_config_files(
         ["inspect", "--ur", "redis://user:S3CR@ET9X@host/0"],
         ["worker", APP, "--burst", "redis://:S3CR?ET9X@host/0"],
         ["dead-letters", "frobnicate", "redis://:S3CR#ET9X@host/0"],
+        # A mistyped scheme separator is still a URL with a password.
+        ["demo", "redis//user:S3CR/ET9X@host/0"],
+        ["demo", "redis:/user:S3CR/ET9X@host/0"],
     ],
 )
 def test_usage_errors_mask_urls_on_the_command_line(run: Cli, argv: list[str]) -> None:
@@ -228,3 +231,11 @@ def test_a_password_with_unencoded_url_characters_is_a_configuration_error(
     assert "must be percent-encoded" in result.err
     assert "%2F" in result.err
     assert_clean(result.err)
+
+
+def test_words_that_are_no_urls_are_not_taken_for_passwords(run: Cli) -> None:
+    # An e-mail address has user@host too; only URLs (and --url's value) hold secrets.
+    result = run("demo", "--url", "memory://", "reply-to: grace@example.com")
+
+    assert result.code == 2
+    assert "unrecognized arguments: reply-to: grace@example.com" in result.err

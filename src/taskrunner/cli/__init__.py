@@ -47,8 +47,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import itertools
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -134,7 +136,7 @@ def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # Passwords of every URL the command may print: on the command line (wherever it
     # is, even misplaced), in the environment, and later the configured one.
-    secrets = _secrets([*words, os.environ.get(env_name("url"), "")])
+    secrets = _secrets([*_url_words(words), os.environ.get(env_name("url"), "")])
     parser = _parser()
     try:
         if words[:1] == ["enqueue"]:
@@ -176,6 +178,22 @@ def _main(argv: Sequence[str] | None) -> int:
         if handler is not None:
             root.removeHandler(handler)
             root.setLevel(previous_level)
+
+
+# A URL with a mistyped scheme separator ("redis//", "redis:/"), which may hold a password.
+_URL_TYPO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:?//?[^/]")
+
+
+def _url_words(words: Sequence[str]) -> list[str]:
+    """The words that are (or may be) URLs, whose passwords are to be masked.
+
+    Anything with ``://`` or a mistyped form of it, and the value of ``--url``; not
+    every word with an ``@`` (an e-mail address in a payload is no URL).
+    """
+    found = [word for word in words if "://" in word or _URL_TYPO.match(word)]
+    found += [after for before, after in itertools.pairwise(words) if before == "--url"]
+    found += [word.partition("=")[2] for word in words if word.startswith("--url=")]
+    return found
 
 
 def _secrets(texts: Sequence[str], known: Sequence[str] = ()) -> tuple[str, ...]:
