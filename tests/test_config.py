@@ -103,8 +103,8 @@ def test_tuning_config_rejects_bad_values(settings: dict[str, Any], message: str
 def test_defaults_are_valid_and_derived_intervals_sit_inside_the_lease() -> None:
     config = RunnerConfig(lease_seconds=40)
 
-    assert config.heartbeat_seconds == 10
-    assert config.reclaim_seconds == 10
+    assert config.heartbeat_interval_seconds == 10
+    assert config.reclaim_interval_seconds == 10
     assert config.initial_workers == 10
 
 

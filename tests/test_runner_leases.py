@@ -160,7 +160,9 @@ async def test_one_heartbeat_call_per_tick_covers_every_lease() -> None:
         await Producer(queue, app, clock=clock).dispatch_many(job, range(8))
         await clock.run_until(lambda: runner.pool.busy == 8, step=0.5, limit=5)
         calls.clear()
-        await clock.advance(runner.config.heartbeat_seconds * 3)
+        heartbeat = runner.config.heartbeat_interval_seconds
+        assert heartbeat is not None
+        await clock.advance(heartbeat * 3)
         finish.set()
 
     assert calls == [8, 8, 8]

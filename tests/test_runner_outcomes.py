@@ -496,7 +496,9 @@ async def test_a_timed_out_thread_is_not_reported_as_a_lost_lease() -> None:
         await clock.run_until(started.is_set, step=0.5, limit=5)
         await clock.run_until(lambda: len(queue.dead_letters()) == 1, step=0.5, limit=5)
         # Many heartbeat ticks while the timed-out thread still holds its worker slot.
-        await clock.advance(10 * runner.config.heartbeat_seconds)
+        heartbeat = runner.config.heartbeat_interval_seconds
+        assert heartbeat is not None
+        await clock.advance(10 * heartbeat)
         assert runner.pool.busy == 1
         release.set()
         await eventually(lambda: runner.pool.busy == 0)

@@ -240,7 +240,7 @@ def test_batch_size_follows_free_capacity_as_the_pool_grows_and_shrinks() -> Non
         lease_seconds=30,
         clock=clock,
         stopping=asyncio.Event(),
-        batch_cooldown_seconds=3,
+        cooldown_seconds=3,
     )
 
     fetcher.follow_free_capacity()

@@ -81,9 +81,10 @@ class RunnerConfig:
         lease_seconds: A leased message not heartbeated for this long may be reclaimed
             by another worker (> 0).
         heartbeat_interval_seconds: How often the lease keeper extends every lease of
-            the process; at most lease_seconds / 3. Default lease_seconds / 4.
+            the process; at most lease_seconds / 3. None (the default) becomes
+            lease_seconds / 4 when the config is built, so reading it gives a number.
         reclaim_interval_seconds: How often the reclaimer looks for lapsed leases; at
-            most lease_seconds. Default lease_seconds / 4.
+            most lease_seconds. None (the default) becomes lease_seconds / 4.
         max_retries: Retries after a failed first attempt, for tasks that set none
             (>= 0; 0 means no retry).
         timeout_seconds: Time limit of one attempt, for tasks that set none (None: no
@@ -139,9 +140,11 @@ class RunnerConfig:
         if self.heartbeat_interval_seconds is None:
             object.__setattr__(self, "heartbeat_interval_seconds", lease / 4)
         _check_float(self, "heartbeat_interval_seconds", positive=True)
-        if self.heartbeat_seconds > lease / 3:
+        heartbeat = self.heartbeat_interval_seconds
+        assert heartbeat is not None  # resolved just above
+        if heartbeat > lease / 3:
             raise ConfigurationError(
-                f"heartbeat_interval_seconds={self.heartbeat_seconds} must be at most "
+                f"heartbeat_interval_seconds={heartbeat} must be at most "
                 f"lease_seconds/3 = {lease / 3:g}, so a heartbeat always lands well before "
                 "the lease lapses",
                 setting="heartbeat_interval_seconds",
@@ -149,9 +152,11 @@ class RunnerConfig:
         if self.reclaim_interval_seconds is None:
             object.__setattr__(self, "reclaim_interval_seconds", lease / 4)
         _check_float(self, "reclaim_interval_seconds", positive=True)
-        if self.reclaim_seconds > lease:
+        reclaim = self.reclaim_interval_seconds
+        assert reclaim is not None  # resolved just above
+        if reclaim > lease:
             raise ConfigurationError(
-                f"reclaim_interval_seconds={self.reclaim_seconds} must be at most "
+                f"reclaim_interval_seconds={reclaim} must be at most "
                 f"lease_seconds={lease:g}, or abandoned messages wait more than a lease "
                 "longer than needed",
                 setting="reclaim_interval_seconds",
@@ -192,18 +197,6 @@ class RunnerConfig:
                 f"tuning must be a TuningConfig or None, got {type(self.tuning).__name__}",
                 setting="tuning",
             )
-
-    @property
-    def heartbeat_seconds(self) -> float:
-        """The resolved heartbeat interval."""
-        assert self.heartbeat_interval_seconds is not None  # set in __post_init__
-        return self.heartbeat_interval_seconds
-
-    @property
-    def reclaim_seconds(self) -> float:
-        """The resolved reclaim interval."""
-        assert self.reclaim_interval_seconds is not None  # set in __post_init__
-        return self.reclaim_interval_seconds
 
     @property
     def initial_workers(self) -> int:

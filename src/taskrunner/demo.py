@@ -7,7 +7,8 @@ prints a live progress line and a final summary.
 
 It works on any backend: ``taskrunner demo --url redis://127.0.0.1:6379/0``. Each run
 uses a queue of its own (``demo-`` plus a random suffix), so two demos on one server
-never mix, and purges that queue and its dead letters when it ends, however it ends.
+never mix, and deletes that queue (messages, dead letters, consumers, worker entries:
+every key) when it ends, however it ends.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ async def run_demo(
     *,
     url: str = DEFAULT_URL,
     tasks: int = 3000,
-    workers: int = 64,
+    num_workers: int = 64,
     retry_base_seconds: float = 0.05,
     out: TextIO | None = None,
     on_runner: Callable[[Runner], None] | None = None,
@@ -105,7 +106,7 @@ async def run_demo(
     Args:
         url: Backend URL.
         tasks: How many tasks to dispatch (half async, half sync).
-        workers: Worker pool size.
+        num_workers: Worker pool size.
         retry_base_seconds: Backoff before the first retry (short, so the demo is quick).
         out: Where progress and the summary go.
         on_runner: Called with the runner once it exists (the CLI uses it to stop
@@ -121,8 +122,8 @@ async def run_demo(
     ]
     config = RunnerConfig(
         num_fetchers=2,
-        num_workers=workers,
-        batch_size=workers,
+        num_workers=num_workers,
+        batch_size=num_workers,
         block_seconds=0.2,
         retry_base_seconds=retry_base_seconds,
         retry_max_seconds=retry_base_seconds * 4,
@@ -155,14 +156,17 @@ async def run_demo(
 
 
 async def _clean_up(queue: Queue) -> None:
-    """Leave nothing of this run behind on a shared backend (dead letters included)."""
+    """Leave nothing of this run behind on a shared backend.
+
+    No message, no dead letter, and no empty stream, consumer group or worker entry
+    either: `QueueAdmin.delete_queue` removes every key of the queue.
+    """
     admin = queue.admin
     if admin is None:
         return
     # The demo's own result matters more; an unreachable server keeps its keys.
     with contextlib.suppress(BackendError):
-        await admin.purge()
-        await admin.purge_dead_letters()
+        await admin.delete_queue()
 
 
 def _progress(stats: RunnerStats, total: int, seconds: float, out: TextIO, *, live: bool) -> None:

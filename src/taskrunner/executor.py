@@ -160,7 +160,16 @@ class Executor:
             self._stats.attempt_finished(task.name, self._clock.monotonic() - started, ok=False)
             await self._failed(lease, envelope, task, error, attempts)
         else:
-            self._stats.attempt_finished(task.name, self._clock.monotonic() - started, ok=True)
+            seconds = self._clock.monotonic() - started
+            self._stats.attempt_finished(task.name, seconds, ok=True)
+            log_delivery(
+                _log,
+                logging.DEBUG,
+                "succeeded in %.3fs",
+                seconds,
+                delivery=lease.delivery,
+                task=task.name,
+            )
             await self._complete(lease, task.name)
 
     def _over_runner_wide_cap(self, delivery_count: int) -> int | None:

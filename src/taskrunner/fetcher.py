@@ -43,7 +43,7 @@ class Fetcher:
         lease_seconds: The lease each received delivery is granted.
         clock: Paces backoff.
         stopping: Set when the runner shuts down.
-        batch_cooldown_seconds: In tuning mode, the batch size follows the pool's free
+        cooldown_seconds: In tuning mode, the batch size follows the pool's free
             capacity, changing at most once per this many seconds (0: any time). None
             keeps the batch size fixed.
         gate: Closed after a backend failure until heartbeats got through; None when
@@ -62,14 +62,14 @@ class Fetcher:
         lease_seconds: float,
         clock: Clock,
         stopping: asyncio.Event,
-        batch_cooldown_seconds: float | None = None,
+        cooldown_seconds: float | None = None,
         gate: ReconnectGate | None = None,
     ) -> None:
         self.consumer = consumer
         self._gate = gate
         self.batch_size = batch_size
         self._base_batch = batch_size
-        self._batch_cooldown = batch_cooldown_seconds
+        self._cooldown = cooldown_seconds
         self._batch_changed_at: float | None = None
         self._queue = queue
         self._pool = pool
@@ -96,7 +96,7 @@ class Fetcher:
         while not self._stopping.is_set():
             if self._gate is not None and not await self._gate.wait_open(self._stopping):
                 return
-            if self._batch_cooldown is not None:
+            if self._cooldown is not None:
                 self.follow_free_capacity()
             reserved = await self._pool.reserve(self.batch_size)
             if not reserved:
@@ -139,16 +139,16 @@ class Fetcher:
         shrank is not over-asked (the reservation caps every receive at the free
         capacity anyway).
         """
-        assert self._batch_cooldown is not None
+        assert self._cooldown is not None
         free = self._pool.free()
         base = self._base_batch
         if free - base <= self.batch_size <= free + base:
             return
         now = self._clock.monotonic()
         if (
-            self._batch_cooldown > 0
+            self._cooldown > 0
             and self._batch_changed_at is not None
-            and now - self._batch_changed_at < self._batch_cooldown
+            and now - self._batch_changed_at < self._cooldown
         ):
             return
         self.batch_size = max(1, free)

@@ -15,7 +15,8 @@ Records logged by task code while it runs (any logger) get the same fields from
 `taskrunner.current_task`, through `TaskContextFilter` on that handler.
 
 Nothing secret is logged: payloads never are, URLs go through `mask_url` first, and
-both formatters mask any ``scheme://user:password@`` that slips into a message.
+both formatters mask any ``scheme://user:password@`` that slips into a message (and,
+given `url_secrets`, the password wherever else it appears).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import datetime
 import logging
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TextIO
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote
 
 import msgspec
 
@@ -41,8 +43,11 @@ __all__ = [
     "TaskContextFilter",
     "configure_logging",
     "log_delivery",
+    "log_fields",
+    "MIN_SECRET_CHARS",
     "mask_secrets",
     "mask_url",
+    "url_secrets",
 ]
 
 # Attribute names added to every record about a delivery.
@@ -53,11 +58,20 @@ LOG_FORMATS = ("text", "json")
 
 LogFormat = Literal["text", "json"]
 
+# The record attribute `log_fields` puts its fields in.
+_FIELDS = "taskrunner_fields"
+
 # Name of the handler `configure_logging` installs, so a second call replaces it.
 _HANDLER_NAME = "taskrunner.cli"
 
-# user:password@ inside any URL-looking text; group 1 keeps everything up to the colon.
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@")
+# The user information of a URL inside any text: from "scheme://" to the last "@" before
+# white space, a quote or an angle bracket (a password may hold "/", "?", "#", "@").
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s'\"<>]*)@")
+# Characters that end the authority of a URL; a user name containing one is suspect.
+_URL_DELIMITERS = "/?#"
+
+#: Passwords shorter than this are masked inside URLs only (see `url_secrets`).
+MIN_SECRET_CHARS = 4
 
 
 def log_delivery(
@@ -81,36 +95,138 @@ def log_delivery(
     logger.log(level, message, *args, extra=extra, exc_info=exc_info)
 
 
-def mask_url(url: str) -> str:
-    """`url` with any password replaced by ``***`` (user names are kept).
+def log_fields(
+    logger: logging.Logger, level: int, message: str, fields: Mapping[str, object]
+) -> None:
+    """Log `message` with `fields` as structured data (cheap when the level is off).
 
-    Never raises: text that does not parse as a URL is masked by pattern instead.
+    The text format appends them as ``key=value`` (None values left out), the JSON
+    format adds them as keys of the record's object (never replacing its own keys).
     """
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-        port = parts.port
-    except ValueError:
-        return mask_secrets(url)
-    if password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if port is not None:
-        host = f"{host}:{port}"
-    netloc = f"{user}:***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    if logger.isEnabledFor(level):
+        logger.log(level, message, extra={_FIELDS: dict(fields)})
 
 
-def mask_secrets(text: str) -> str:
-    """`text` with the password of every ``scheme://user:password@`` replaced by ``***``."""
-    return _URL_PASSWORD.sub(r"\1***@", text)
+def mask_url(url: str) -> str:
+    """`url` with its password replaced by ``***`` (a plain user name is kept).
+
+    Conservative, since URLs are typed by hand: the user information is everything
+    between ``://`` and the *last* ``@`` (a password may contain ``/``, ``?``, ``#``,
+    ``@`` or ``:`` that were not percent-encoded). Everything after the first ``:`` of
+    it is masked; a user name that contains ``/``, ``?`` or ``#`` is masked too. With
+    no ``@``, a "port" that is not a number is masked (a password whose host was
+    forgotten). Text without ``://`` loses everything before its last ``@``. Never
+    raises.
+    """
+    head, sep, rest = url.partition("://")
+    if not sep:
+        _, at, after = url.rpartition("@")
+        return f"***@{after}" if at else url
+    userinfo, at, after = rest.rpartition("@")
+    if at:
+        return f"{head}://{_mask_userinfo(userinfo)}@{after}"
+    return f"{head}://{_mask_port(rest)}"
+
+
+def _mask_userinfo(userinfo: str) -> str:
+    user, colon, _ = userinfo.partition(":")
+    if any(c in user for c in _URL_DELIMITERS):
+        return "***"
+    return f"{user}:***" if colon else user
+
+
+def _mask_port(rest: str) -> str:
+    suspect = _suspect_port(rest)
+    if suspect is None:
+        return rest
+    host, _, tail = suspect
+    return f"{host}:***{tail}"
+
+
+def _suspect_port(rest: str) -> tuple[str, str, str] | None:
+    """(host, port, rest) of ``host:port...`` (a URL without ``@``) if port is no number."""
+    ends = [i for i in (rest.find(c) for c in _URL_DELIMITERS) if i >= 0]
+    end = min(ends, default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    host, colon, port = authority.rpartition(":")
+    if not colon or port.isdigit() or authority.endswith("]"):
+        return None
+    return host, port, tail
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The password of `url` as written, percent-decoded and percent-encoded.
+
+    For masking text that may show the password outside a URL (a library echoing
+    part of a malformed one); it is the part `mask_url` masks. Forms shorter than
+    `MIN_SECRET_CHARS` are left out: replacing every ``ab`` in a log would hide more
+    than it protects, and inside URLs such passwords are masked anyway.
+    """
+    _, sep, rest = url.partition("://")
+    userinfo, at, _ = (rest if sep else url).rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if any(c in user for c in _URL_DELIMITERS):
+            secret = userinfo
+        elif colon:
+            secret = password
+        else:
+            return ()
+    else:
+        suspect = _suspect_port(rest) if sep else None
+        if suspect is None:
+            return ()
+        secret = suspect[1]
+    forms = {secret, unquote(secret), quote(unquote(secret), safe="")}
+    # As repr() and JSON would show them inside a longer string.
+    forms |= {_escaped(f, quote_char) for f in forms for quote_char in "'\""}
+    forms |= {msgspec.json.encode(f).decode()[1:-1] for f in forms}
+    return tuple(sorted((f for f in forms if len(f) >= MIN_SECRET_CHARS), key=len, reverse=True))
+
+
+def _escaped(text: str, quote_char: str) -> str:
+    """`text` as it shows inside a repr() delimited by `quote_char`."""
+    inner = repr(text)[1:-1]
+    if repr(text)[0] != quote_char:
+        # repr chose the other delimiter: it escaped that one instead of ours.
+        other = repr(text)[0]
+        inner = inner.replace("\\" + other, other).replace(quote_char, "\\" + quote_char)
+    return inner
+
+
+def mask_secrets(text: str, secrets: Sequence[str] = ()) -> str:
+    """`text` with every URL password and every string in `secrets` replaced by ``***``.
+
+    A URL here is ``scheme://`` up to the next white space, quote or angle bracket;
+    its user information ends at its last ``@`` and is masked as `mask_url` masks it.
+    `secrets` (from `url_secrets`) catch a password wherever else it shows up.
+    """
+    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{_mask_userinfo(m['userinfo'])}@", text)
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 def _delivery_fields(record: logging.LogRecord) -> dict[str, Any]:
     return {name: getattr(record, name) for name in DELIVERY_FIELDS if hasattr(record, name)}
+
+
+def _extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    fields = getattr(record, _FIELDS, None)
+    return dict(fields) if isinstance(fields, dict) else {}
+
+
+def _text_value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    # Quoted when it would not read back as one key=value word.
+    return text if text and not any(c in text for c in ' ="') else _json_text(text)
+
+
+def _json_text(text: str) -> str:
+    return msgspec.json.encode(text).decode()
 
 
 class TaskContextFilter(logging.Filter):
@@ -145,20 +261,26 @@ class DeliveryFormatter(logging.Formatter):
         self,
         fmt: str = "%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt: str | None = None,
+        *,
+        secrets: Sequence[str] = (),
     ) -> None:
         super().__init__(fmt, datefmt)
+        self._secrets = tuple(secrets)
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         """The base format followed by the record's delivery fields."""
         text = super().formatMessage(record)
-        fields = _delivery_fields(record)
-        if fields:
-            text += " " + " ".join(f"{name}={value}" for name, value in fields.items())
-        return text
+        words = [f"{name}={value}" for name, value in _delivery_fields(record).items()]
+        words += [
+            f"{name}={_text_value(value)}"
+            for name, value in _extra_fields(record).items()
+            if value is not None
+        ]
+        return f"{text} {' '.join(words)}" if words else text
 
     def format(self, record: logging.LogRecord) -> str:
-        """Format as usual, then mask URL passwords."""
-        return mask_secrets(super().format(record))
+        """Format as usual, then mask URL passwords and the secrets given."""
+        return mask_secrets(super().format(record), self._secrets)
 
 
 class JsonFormatter(logging.Formatter):
@@ -167,9 +289,16 @@ class JsonFormatter(logging.Formatter):
     Keys: ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message``, the delivery
     fields when the record has them, and ``exception`` (the formatted traceback) when
     there is one.
+
+    Args:
+        secrets: Strings masked wherever they appear (see `url_secrets`).
     """
 
     _encoder = msgspec.json.Encoder()
+
+    def __init__(self, *, secrets: Sequence[str] = ()) -> None:
+        super().__init__()
+        self._secrets = tuple(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
         """The record as a JSON line, URL passwords masked."""
@@ -177,13 +306,18 @@ class JsonFormatter(logging.Formatter):
             "time": _iso_time(record.created),
             "level": record.levelname,
             "logger": record.name,
-            "message": mask_secrets(record.getMessage()),
+            "message": mask_secrets(record.getMessage(), self._secrets),
         }
         document.update(_delivery_fields(record))
+        for name, value in _extra_fields(record).items():
+            if name not in document:
+                ok = value is None or isinstance(value, bool | int | float | str)
+                document[name] = value if ok else str(value)
         if record.exc_info:
-            document["exception"] = mask_secrets(self.formatException(record.exc_info))
+            exception = self.formatException(record.exc_info)
+            document["exception"] = mask_secrets(exception, self._secrets)
         elif record.exc_text:
-            document["exception"] = mask_secrets(record.exc_text)
+            document["exception"] = mask_secrets(record.exc_text, self._secrets)
         return self._encoder.encode(document).decode()
 
 
@@ -193,9 +327,16 @@ def _iso_time(created: float) -> str:
 
 
 def configure_logging(
-    level: str = "info", log_format: LogFormat = "text", *, stream: TextIO | None = None
+    level: str = "info",
+    log_format: LogFormat = "text",
+    *,
+    stream: TextIO | None = None,
+    secrets: Sequence[str] = (),
 ) -> logging.Handler:
     """Send every log record at `level` or above to `stream` (default stderr) in `log_format`.
+
+    URL passwords are masked in every record, and so is each string of `secrets`
+    (the command line passes `url_secrets` of the configured URL).
 
     Replaces handlers a previous call installed, so calling it twice (tests calling
     the CLI in-process) does not duplicate lines. Other handlers are left alone.
@@ -211,7 +352,12 @@ def configure_logging(
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else DeliveryFormatter())
+    formatter: logging.Formatter = (
+        JsonFormatter(secrets=secrets)
+        if log_format == "json"
+        else DeliveryFormatter(secrets=secrets)
+    )
+    handler.setFormatter(formatter)
     handler.addFilter(TaskContextFilter())
     handler.set_name(_HANDLER_NAME)
     root = logging.getLogger()

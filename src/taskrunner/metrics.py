@@ -1,4 +1,4 @@
-"""Prometheus metrics of a runner, served over HTTP (extra ``taskrunner[prometheus]``).
+"""Prometheus metrics of a runner, served over HTTP (extra ``taskrunner-queue[prometheus]``).
 
 Example::
 
@@ -82,7 +82,7 @@ def start_metrics_server(runner: Runner, port: int, *, addr: str = "127.0.0.1") 
 
     Raises:
         ConfigurationError: prometheus-client is not installed (``pip install
-            taskrunner[prometheus]``).
+            'taskrunner-queue[prometheus]'``).
         RuntimeError: Called outside a running event loop.
     """
     try:
@@ -90,7 +90,7 @@ def start_metrics_server(runner: Runner, port: int, *, addr: str = "127.0.0.1") 
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     except ImportError as exc:
         raise ConfigurationError(
-            "metrics need prometheus-client: pip install 'taskrunner[prometheus]'",
+            "metrics need prometheus-client: pip install 'taskrunner-queue[prometheus]'",
             setting="metrics_port",
         ) from exc
     loop = asyncio.get_running_loop()

@@ -16,7 +16,8 @@ return is run like the rest), let running tasks finish for up to
 release their messages for immediate redelivery. Plain ``def`` tasks cannot be
 interrupted: shutdown waits for their threads, heartbeating their leases, unless
 `stop` is called again, which leaves them leased to lapse (never released while the
-thread still runs). Acks still queued are sent before `run` returns. Nothing is lost:
+thread still runs). `Runner.skip_drain` cancels the async tasks at once but still
+waits for the threads. Acks still queued are sent before `run` returns. Nothing is lost:
 every message is acked, released, or left leased to lapse and be reclaimed.
 """
 
@@ -29,17 +30,20 @@ import secrets
 import socket
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import fields
 from typing import Any
 
 from taskrunner.acker import Acker
 from taskrunner.app import App
 from taskrunner.clock import Clock, SystemClock, wait_event
+from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
-from taskrunner.errors import BackendError
+from taskrunner.errors import BackendError, DecodeError
 from taskrunner.executor import Executor
 from taskrunner.fetcher import Fetcher
 from taskrunner.heartbeat import LeaseKeeper
 from taskrunner.leases import Lease, LeaseTable, adopt
+from taskrunner.logs import log_fields
 from taskrunner.monitor import Monitor
 from taskrunner.pool import WorkerPool
 from taskrunner.queue import Delivery, Queue
@@ -115,6 +119,9 @@ class Runner:
         )
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
+        self._drain_skipped = False
+        # Leases whose thread was still running when a forced stop left it.
+        self._left: list[Lease] = []
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         # Each worker task and the lease it carries.
@@ -172,6 +179,28 @@ class Runner:
             self._idle.set()
         self._stop_requested.set()
 
+    def skip_drain(self) -> None:
+        """Stop without the drain, but still wait for plain ``def`` tasks.
+
+        Running ``async def`` tasks are cancelled at once and their messages released;
+        threads of plain ``def`` tasks cannot be interrupted, so `run` keeps waiting for
+        them, heartbeating their leases. A later `stop` leaves them (as a second `stop`
+        does). The command line's second signal calls this, its third `stop`.
+        """
+        self._drain_skipped = True
+        self._stop_requested.set()
+        self._idle.set()  # ends a drain in progress
+
+    @property
+    def threads_running(self) -> list[str]:
+        """Task names of plain ``def`` tasks whose threads still run, this run's or left.
+
+        After `run` returned from a forced stop, the threads it left behind: their
+        messages stay leased until the leases lapse, so the process should exit soon.
+        """
+        leases = [*self._running.values(), *self._left]
+        return [_task_name(lease) for lease in leases if _thread_running(lease)]
+
     def stats(self) -> RunnerStats:
         """Counters and pool figures of this runner, with the last queue observation."""
         seen = self.monitor.latest
@@ -198,7 +227,7 @@ class Runner:
         wait_seconds = (
             min(config.block_seconds, _BURST_POLL_SECONDS) if burst else config.block_seconds
         )
-        batch_cooldown = None if config.tuning is None else config.tuning.cooldown_seconds
+        cooldown = None if config.tuning is None else config.tuning.cooldown_seconds
         names = self.consumer_names
         self.fetchers = [
             Fetcher(
@@ -211,7 +240,7 @@ class Runner:
                 lease_seconds=config.lease_seconds,
                 clock=self._clock,
                 stopping=self._stop_requested,
-                batch_cooldown_seconds=batch_cooldown,
+                cooldown_seconds=cooldown,
                 gate=self._gate,
             )
             for i in range(config.num_fetchers)
@@ -254,7 +283,7 @@ class Runner:
         finally:
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
-            _log.info("worker stopped: %s", self.stats())
+            log_fields(_log, logging.INFO, "worker stopped", _stop_fields(self.stats()))
 
     async def _forget_consumers(self) -> None:
         # Consumer names are unique per run, so the backend would otherwise keep this
@@ -269,24 +298,28 @@ class Runner:
             _log.warning("could not remove this worker's consumer names: %s", exc)
 
     def _lease_keeper(self) -> LeaseKeeper:
+        interval = self.config.heartbeat_interval_seconds
+        assert interval is not None  # resolved when the config was built
         return LeaseKeeper(
             self._queue,
             self._leases,
             clock=self._clock,
-            interval_seconds=self.config.heartbeat_seconds,
+            interval_seconds=interval,
             lease_seconds=self.config.lease_seconds,
             stats=self._stats,
             gate=self._gate,
         )
 
     def _reclaimer(self, consumer: str) -> Reclaimer:
+        interval = self.config.reclaim_interval_seconds
+        assert interval is not None  # resolved when the config was built
         return Reclaimer(
             self._queue,
             self._pool,
             consumer=consumer,
             hand_over=self._reclaimed,
             batch_size=self.config.batch_size,
-            interval_seconds=self.config.reclaim_seconds,
+            interval_seconds=interval,
             lease_seconds=self.config.lease_seconds,
             clock=self._clock,
             stopping=self._stop_requested,
@@ -363,27 +396,29 @@ class Runner:
                 task.cancel()
         waiting = [*fetchers, *([reclaimer] if reclaimer is not None else [])]
         await asyncio.wait(waiting)
-        if self._running and not self._force.is_set():
+        if self._running and not (self._force.is_set() or self._drain_skipped):
             _log.info(
                 "draining %d running task(s) for up to %.1fs",
                 len(self._running),
                 self.config.drain_timeout_seconds,
             )
             await wait_event(self._clock, self._idle, self.config.drain_timeout_seconds)
-        in_threads = [task for task, lease in self._running.items() if _thread_running(lease)]
-        if self._running:
-            _log.warning("cancelling %d async task(s) still running", len(self._running))
-            others = [task for task in self._running if task not in in_threads]
+        threads = {task: lease for task, lease in self._running.items() if _thread_running(lease)}
+        in_threads = list(threads)
+        others = [task for task in self._running if task not in threads]
+        if others:
+            _log.warning("cancelling %d async task(s) still running", len(others))
             for task in others:
                 task.cancel()
-            if others:
-                await asyncio.wait(others)
+            await asyncio.wait(others)
         if in_threads and not self._force.is_set():
             # Threads cannot be interrupted; their leases stay heartbeated meanwhile.
             _log.warning(
-                "waiting for %d plain-def task(s) still running in threads; "
-                "stop again to leave them (their messages are then reclaimed after the lease)",
+                "waiting for %d plain-def task(s) still running in threads to return: %s; "
+                "their leases are kept; stop again to leave them (their messages are then "
+                "redelivered after the lease)",
                 len(in_threads),
+                ", ".join(_task_name(lease) for lease in threads.values()),
             )
             threads_done = asyncio.ensure_future(asyncio.wait(in_threads))
             forced = asyncio.ensure_future(self._force.wait())
@@ -393,6 +428,7 @@ class Runner:
                 threads_done.cancel()
                 forced.cancel()
         if self._running:
+            self._left = [lease for lease in self._running.values() if _thread_running(lease)]
             remaining = list(self._running)
             for task in remaining:
                 task.cancel()
@@ -414,3 +450,15 @@ class Runner:
 
 def _thread_running(lease: Lease) -> bool:
     return lease.thread is not None and not lease.thread.done()
+
+
+def _stop_fields(stats: RunnerStats) -> dict[str, object]:
+    """The scalar statistics, for the structured "worker stopped" line."""
+    return {f.name: getattr(stats, f.name) for f in fields(stats) if f.name != "tasks"}
+
+
+def _task_name(lease: Lease) -> str:
+    try:
+        return decode_envelope(lease.delivery.body).task
+    except DecodeError:  # pragma: no cover - a thread only runs a decoded task
+        return "-"

@@ -1,8 +1,11 @@
 """Settings of a worker process, from code, a TOML file, the environment and flags.
 
-Each setting has one name used everywhere: ``num_workers`` is ``num_workers`` in a
-file, ``TASKRUNNER_NUM_WORKERS`` in the environment and ``--num-workers`` on the
-command line. Sources, lowest precedence first (a later one wins, key by key):
+Each setting has one name used everywhere: ``num_workers`` is the `RunnerConfig`
+field ``num_workers``, ``num_workers`` in a file, ``TASKRUNNER_NUM_WORKERS`` in the
+environment and ``--num-workers`` on the command line. Former names (`RENAMED`) and
+dashed keys in files are errors naming the one name, never aliases.
+
+Sources, lowest precedence first (a later one wins, key by key):
 
 1. defaults (`RunnerConfig` and `TuningConfig` defaults; ``url`` = ``memory://``);
 2. a TOML file: the one ``--config FILE`` or ``TASKRUNNER_CONFIG`` names (top-level
@@ -46,6 +49,7 @@ __all__ = [
     "CONFIG_ENV",
     "ENV_PREFIX",
     "KEYS",
+    "RENAMED",
     "Key",
     "Settings",
     "env_name",
@@ -74,7 +78,9 @@ class Key:
             (tuning) or logging.
         help: One line for ``--help`` and the documentation.
         choices: Accepted values of a ``choice`` key.
-        target: Field name in `RunnerConfig` or `TuningConfig` when it differs.
+
+    A runner or tuning key is the `RunnerConfig` or `TuningConfig` field of the same
+    name: one name everywhere.
     """
 
     name: str
@@ -82,12 +88,6 @@ class Key:
     group: Group
     help: str
     choices: tuple[str, ...] = ()
-    target: str | None = None
-
-    @property
-    def field(self) -> str:
-        """The `RunnerConfig` or `TuningConfig` field this key sets."""
-        return self.target or self.name
 
 
 KEYS: tuple[Key, ...] = (
@@ -122,13 +122,7 @@ KEYS: tuple[Key, ...] = (
     Key("max_workers", "int", "tuning", "tuning mode: largest pool"),
     Key("desired_wait_seconds", "float", "tuning", "tuning mode: predicted wait to aim for"),
     Key("wait_tolerance_seconds", "float", "tuning", "tuning mode: half-width of the band"),
-    Key(
-        "tuning_cooldown_seconds",
-        "float",
-        "tuning",
-        "tuning mode: least time between two resizes",
-        target="cooldown_seconds",
-    ),
+    Key("cooldown_seconds", "float", "tuning", "tuning mode: least time between two resizes"),
     Key("log_level", "choice", "logging", "log level", choices=LOG_LEVELS),
     Key("log_format", "choice", "logging", "log format: text or json lines", choices=LOG_FORMATS),
     Key("metrics_port", "port", "general", "serve Prometheus metrics on this port"),
@@ -136,7 +130,10 @@ KEYS: tuple[Key, ...] = (
 )
 
 _BY_NAME = {key.name: key for key in KEYS}
-_BY_FIELD = {(key.group, key.field): key for key in KEYS}
+
+#: Former names of settings, and the one name each has now. Each is an error that
+#: names the new one, in every source: never a silent alias.
+RENAMED = {"tuning_cooldown_seconds": "cooldown_seconds"}
 _TUNING_REQUIRED = ("min_workers", "max_workers", "desired_wait_seconds")
 _DEFAULTS: dict[str, Any] = {
     "url": DEFAULT_URL,
@@ -196,9 +193,9 @@ class Settings:
         for key in KEYS:
             value: Any
             if key.group == "runner":
-                value = getattr(self.runner, key.field)
+                value = getattr(self.runner, key.name)
             elif key.group == "tuning":
-                value = None if tuning is None else getattr(tuning, key.field)
+                value = None if tuning is None else getattr(tuning, key.name)
             else:
                 value = getattr(self, key.name)
             text = (
@@ -317,16 +314,15 @@ def _file_layer(path: Path, chosen_by: str, explicit: bool) -> _Layer:
         return _Layer()
     if not isinstance(table, dict):
         raise ConfigurationError(f"{where} must be a table of settings", setting="config")
-    normalized: dict[str, Any] = {}
-    for name, value in table.items():
-        key = name.replace("-", "_")
-        if key in normalized:
+    for name in table:
+        if "-" in name:
+            spelt = name.replace("-", "_")
             raise ConfigurationError(
-                f"{where}: setting {key!r} is given twice (as {key!r} and with dashes)",
-                setting=key,
+                f"{where}: write {spelt}, not {name}: settings are spelt with underscores "
+                "in files (dashes only in command-line flags)",
+                setting=spelt,
             )
-        normalized[key] = value
-    return _layer(normalized, lambda key: where, unknown_where=where, spell=lambda key: key)
+    return _layer(dict(table), lambda key: where, unknown_where=where, spell=lambda key: key)
 
 
 def _env_layer(env: Mapping[str, str]) -> _Layer:
@@ -352,6 +348,13 @@ def _layer(
     unknown_where: str,
     spell: Callable[[str], str],
 ) -> _Layer:
+    renamed = sorted(set(values) & set(RENAMED))
+    if renamed:
+        old = renamed[0]
+        raise ConfigurationError(
+            f"{unknown_where}: {spell(old)} was renamed {spell(RENAMED[old])}",
+            setting=RENAMED[old],
+        )
     unknown = sorted(set(values) - set(_BY_NAME))
     if unknown:
         raise ConfigurationError(
@@ -430,7 +433,7 @@ def _convert(key: Key, value: Any, source: str) -> Any:
 def _build(merged: _Layer, config_file: Path | None) -> Settings:
     values, sources = merged.values, merged.sources
     runner_kwargs = {
-        k.field: values[k.name] for k in KEYS if k.group == "runner" and k.name in values
+        k.name: values[k.name] for k in KEYS if k.group == "runner" and k.name in values
     }
     tuning_set = [k for k in KEYS if k.group == "tuning" and k.name in values]
     tuning = None
@@ -444,13 +447,13 @@ def _build(merged: _Layer, config_file: Path | None) -> Settings:
                 setting=missing[0],
             )
         try:
-            tuning = TuningConfig(**{k.field: values[k.name] for k in tuning_set})
+            tuning = TuningConfig(**{k.name: values[k.name] for k in tuning_set})
         except ConfigurationError as exc:
-            raise _with_source(exc, "tuning", sources) from None
+            raise _with_source(exc, sources) from None
     try:
         runner = RunnerConfig(**runner_kwargs, tuning=tuning)
     except ConfigurationError as exc:
-        raise _with_source(exc, "runner", sources) from None
+        raise _with_source(exc, sources) from None
     full = {**_DEFAULTS, **values}
     return Settings(
         url=full["url"],
@@ -466,11 +469,7 @@ def _build(merged: _Layer, config_file: Path | None) -> Settings:
     )
 
 
-def _with_source(
-    exc: ConfigurationError, group: Group, sources: Mapping[str, str]
-) -> ConfigurationError:
-    key = _BY_FIELD.get((group, exc.setting or ""))
-    name = key.name if key is not None else exc.setting
-    source = sources.get(name or "")
+def _with_source(exc: ConfigurationError, sources: Mapping[str, str]) -> ConfigurationError:
+    source = sources.get(exc.setting or "")
     message = str(exc) if source is None else f"{exc} (from {source})"
-    return ConfigurationError(message, setting=name)
+    return ConfigurationError(message, setting=exc.setting)

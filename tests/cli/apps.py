@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import msgspec
@@ -47,6 +48,27 @@ async def slow(job: Slow) -> None:
     directory = Path(job.directory)
     (directory / "started").write_text(str(current_task().delivery_count))
     await asyncio.sleep(job.seconds)
+    (directory / "finished").write_text("ok")
+
+
+class Block(msgspec.Struct):
+    """Writes ``started`` in `directory`, then returns once a ``release`` file appears."""
+
+    directory: str
+
+
+# A plain def task cannot be interrupted; this one gives up after this long anyway, so
+# a test that fails never leaves a thread spinning for ever.
+BLOCK_LIMIT_SECONDS = 120.0
+
+
+@app.task(name="cli.block", max_retries=0)
+def block(job: Block) -> None:
+    directory = Path(job.directory)
+    (directory / "started").write_text(str(current_task().delivery_count))
+    deadline = time.monotonic() + BLOCK_LIMIT_SECONDS
+    while not (directory / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the simulated work: a thread that cannot be cancelled
     (directory / "finished").write_text("ok")
 
 

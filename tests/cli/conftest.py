@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import uuid
@@ -11,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from taskrunner import cli
+from taskrunner import Producer, cli, open_queue
+from tests.cli.apps import QUEUE, app
 
 
 @dataclass
@@ -61,3 +63,21 @@ def redis_ns_url(redis_url: str, redis_namespace: str) -> str:
     """The test server's URL with the test's own namespace."""
     separator = "&" if "?" in redis_url else "?"
     return f"{redis_url}{separator}namespace={redis_namespace}"
+
+
+def seed(url: str, task: str, payloads: list[Any], queue: str = QUEUE) -> list[str]:
+    """Dispatch `payloads` of the test App's `task` in this process (memory:// included)."""
+
+    async def send() -> list[str]:
+        async with open_queue(url, queue) as opened:
+            return await Producer(opened, app).dispatch_many(task, payloads)
+
+    return asyncio.run(send())
+
+
+def queue_len(url: str, queue: str = QUEUE) -> int:
+    async def read() -> int:
+        async with open_queue(url, queue) as opened:
+            return await opened.len()
+
+    return asyncio.run(read())

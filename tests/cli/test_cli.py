@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import io
+import json
+import re
 import socket
 from pathlib import Path
 from typing import cast
@@ -14,8 +15,8 @@ from taskrunner import App, WorkerInfo, open_queue
 from taskrunner.cli import load_app
 from taskrunner.errors import ConfigurationError
 from taskrunner_backends.memory import InMemoryQueue
-from tests.cli.apps import QUEUE
-from tests.cli.conftest import Cli
+from tests.cli.apps import QUEUE, Greeting
+from tests.cli.conftest import Cli, queue_len, seed
 
 APP = "tests.cli.apps:app"
 
@@ -29,21 +30,13 @@ def test_help_lists_the_commands_and_exit_codes(run: Cli) -> None:
     assert "Exit codes: 0 success, 1 backend failure" in result.out
 
 
-def test_enqueue_then_burst_worker_then_inspect_shows_an_empty_queue(
-    run: Cli, memory_url: str, tmp_path: Path
-) -> None:
-    payloads = tmp_path / "greetings.jsonl"
-    payloads.write_text('{"name": "ada"}\n\n{"name": "grace"}\n{"name": "edsger"}\n')
+def test_burst_worker_then_inspect_shows_an_empty_queue(run: Cli, memory_url: str) -> None:
+    seed(memory_url, "cli.greet", [Greeting("ada"), Greeting("grace"), Greeting("edsger")])
 
-    enqueued = run(
-        "enqueue", "cli.greet", "--app", APP, "--file", str(payloads), "--url", memory_url
-    )
     before = run("inspect", "--app", APP, "--url", memory_url, "--json")
     worker = run("worker", APP, "--url", memory_url, "--burst", "--num-workers", "2")
     after = run("inspect", "--app", APP, "--url", memory_url, "--json")
 
-    assert enqueued.code == 0
-    assert len(enqueued.out.split()) == 3
     assert before.json()["queues"][0]["ready"] == 3
     assert worker.code == 0
     assert "worker started: queue 'cli-tests', 1 fetcher(s), 2 worker(s)" in worker.err
@@ -57,49 +50,126 @@ def test_enqueue_then_burst_worker_then_inspect_shows_an_empty_queue(
     )
 
 
-def test_enqueue_reads_payloads_from_stdin_and_prints_json(
-    run: Cli, memory_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["enqueue", "cli.noop", "--app", APP],
+        ["enqueue", "cli.greet", "--app", APP, "--payload", '{"name": "a"}'],
+        ["enqueue", "cli.greet", "--queue", "q", "--payload", '{"name": "a"}'],
+    ],
+)
+def test_enqueue_to_memory_is_refused_since_the_message_would_die_with_the_process(
+    run: Cli, memory_url: str, argv: list[str]
 ) -> None:
-    monkeypatch.setattr("sys.stdin", io.StringIO('{"name": "a"}\n{"name": "b"}\n'))
+    result = run(*argv, "--url", memory_url)
 
-    result = run(
-        "enqueue", "cli.greet", "--app", APP, "--file", "-", "--url", memory_url, "--output", "json"
-    )
+    assert result.code == 2
+    assert result.out == ""
+    assert (
+        "taskrunner: enqueue: memory:// lives in this process, so the messages would be "
+        "gone when this command exits; give a shared backend with --url or TASKRUNNER_URL, "
+        "e.g. redis://127.0.0.1:6379/0"
+    ) in result.err
+    assert queue_len(memory_url) == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["enqueue", "cli.greet", "--json", '{"name": "a"}'],
+        ["enqueue", "cli.greet", "--app", APP, "--json", "[1, 2]"],
+        ["enqueue", "cli.noop", "--json=null"],
+        ["enqueue", "cli.greet", "--json", '"text"'],
+    ],
+)
+def test_the_old_enqueue_json_payload_flag_is_refused_naming_payload(
+    run: Cli, argv: list[str]
+) -> None:
+    result = run(*argv, "--url", DOWN)
+
+    assert result.code == 2
+    assert (
+        "enqueue: --json is the output format (as in every command); give the payload "
+        "with --payload JSON"
+    ) in result.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect"],
+        ["inspect", "--json"],
+        ["dead-letters", "list"],
+        ["dead-letters", "show", "1-0"],
+        ["dead-letters", "retry", "--all"],
+        ["dead-letters", "purge", "--all", "--yes"],
+    ],
+)
+def test_without_app_or_queue_the_commands_say_they_show_queue_default(
+    run: Cli, memory_url: str, argv: list[str]
+) -> None:
+    result = run(*argv, "--url", memory_url)
+
+    assert (
+        "taskrunner: note: no App given: working on queue 'default' (choose one with "
+        "--queue NAME, or give the App as MODULE:APP or --app)"
+    ) in result.err
+    assert "note" not in result.out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", "--app", APP],
+        ["inspect", APP],
+        ["inspect", "--queue", "default"],
+        ["dead-letters", "list", "--queue", "default"],
+    ],
+)
+def test_no_default_queue_note_when_the_queue_is_chosen(
+    run: Cli, memory_url: str, argv: list[str]
+) -> None:
+    result = run(*argv, "--url", memory_url)
 
     assert result.code == 0
-    document = result.json()
-    assert (document["queue"], document["task"]) == (QUEUE, "cli.greet")
-    assert len(document["message_ids"]) == 2
+    assert "note" not in result.err
 
 
-def test_enqueue_a_task_without_payload(run: Cli, memory_url: str) -> None:
-    result = run("enqueue", "cli.noop", "--app", APP, "--url", memory_url)
+def test_the_worker_logs_each_success_at_debug_with_its_duration(run: Cli, memory_url: str) -> None:
+    seed(memory_url, "cli.greet", [Greeting("ada")])
 
-    assert result.code == 0
-    assert len(result.out.split()) == 1
+    quiet = run("worker", APP, "--url", memory_url, "--burst")
+    seed(memory_url, "cli.greet", [Greeting("grace")])
+    verbose = run("worker", APP, "--url", memory_url, "--burst", "--log-level", "debug")
+
+    assert "succeeded in" not in quiet.err
+    [line] = [line for line in verbose.err.splitlines() if "succeeded in" in line]
+    assert re.search(r"DEBUG taskrunner\.executor: succeeded in \d+\.\d{3}s task=cli\.greet ", line)
+    assert "message_id=" in line
 
 
-def test_enqueue_without_app_sends_unchecked_and_the_worker_dead_letters_a_wrong_name(
-    run: Cli, memory_url: str
-) -> None:
-    enqueued = run(
-        "enqueue", "cli.gret", "--queue", QUEUE, "--json", '{"name": 1}', "--url", memory_url
-    )
-    worker = run("worker", APP, "--url", memory_url, "--burst")
-    listed = run("dead-letters", "list", "--app", APP, "--url", memory_url, "--json")
+def test_the_worker_stop_line_has_structured_fields(run: Cli, memory_url: str) -> None:
+    seed(memory_url, "cli.greet", [Greeting("ada"), Greeting("grace")])
+    seed(memory_url, "cli.fail", [Greeting("edsger")])
 
-    assert enqueued.code == 0
-    assert "no --app: payloads for 'cli.gret' are not validated" in enqueued.err
-    assert worker.code == 0
-    [letter] = listed.json()["dead_letters"]
-    assert "unknown task 'cli.gret'" in letter["reason"]
-    assert letter["envelope"]["payload"] == {"name": 1}
+    text = run("worker", APP, "--url", memory_url, "--burst")
+    seed(memory_url, "cli.greet", [Greeting("ada")])
+    as_json = run("worker", APP, "--url", memory_url, "--burst", "--log-format", "json")
+
+    [line] = [line for line in text.err.splitlines() if "worker stopped" in line]
+    assert "RunnerStats(" not in line
+    fields = dict(word.split("=", 1) for word in line.split("worker stopped", 1)[1].split())
+    assert (fields["received"], fields["succeeded"], fields["dead_lettered"]) == ("3", "2", "1")
+    assert fields["in_flight"] == "0"
+    documents = [json.loads(line) for line in as_json.err.splitlines()]
+    [stopped] = [d for d in documents if d["message"] == "worker stopped"]
+    assert (stopped["received"], stopped["succeeded"], stopped["failed"]) == (1, 1, 0)
+    assert stopped["level"] == "INFO"
 
 
 def test_dead_letters_list_show_retry_and_purge_on_memory(run: Cli, memory_url: str) -> None:
     common = ("--app", APP, "--url", memory_url)
-    for name in ("ada", "grace", "edsger"):
-        run("enqueue", "cli.fail", "--json", f'{{"name": "{name}"}}', *common)
+    seed(memory_url, "cli.fail", [Greeting(name) for name in ("ada", "grace", "edsger")])
     assert run("worker", APP, "--url", memory_url, "--burst").code == 0
 
     listed = run("dead-letters", "list", *common)
@@ -226,7 +296,7 @@ def test_worker_reads_app_and_url_from_the_environment(
 ) -> None:
     monkeypatch.setenv("TASKRUNNER_APP", APP)
     monkeypatch.setenv("TASKRUNNER_URL", memory_url)
-    run("enqueue", "cli.noop")
+    seed(memory_url, "cli.noop", [None])
 
     result = run("worker", "--burst", "--log-format", "json")
 
@@ -248,7 +318,7 @@ def test_worker_serves_metrics_when_metrics_port_is_set(run: Cli, memory_url: st
 
 
 def test_demo_processes_every_task_and_prints_a_summary(run: Cli, memory_url: str) -> None:
-    result = run("demo", "--url", memory_url, "--tasks", "200", "--workers", "16")
+    result = run("demo", "--url", memory_url, "--tasks", "200", "--num-workers", "16")
 
     assert result.code == 0
     assert "dispatched 200 tasks to 'demo-" in result.out
@@ -280,3 +350,100 @@ def test_load_app_lets_an_import_error_inside_the_module_propagate(
 def test_load_app_names_the_apps_of_a_module_when_the_attribute_is_missing() -> None:
     with pytest.raises(ConfigurationError, match="has no attribute 'ap'; App objects in it: app"):
         load_app("tests.cli.apps:ap")
+
+
+OTHER_APP = "tests.cli.apps:make_app"
+DOWN = "redis://127.0.0.1:1/0"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "expect"),
+    [
+        (["worker", "{app}", "--burst"], 0, "worker started: queue 'cli-tests'"),
+        (["inspect", "{app}"], 0, "queue 'cli-tests' on memory://"),
+        (["config", "{app}", "--json"], 0, '"value": "tests.cli.apps:app"'),
+        (["dead-letters", "list", "{app}"], 0, "no dead letters on queue 'cli-tests'"),
+        (
+            ["dead-letters", "show", "{app}", "dead-404"],
+            1,
+            "no dead letter 'dead-404' on queue 'cli-tests'",
+        ),
+        (
+            ["dead-letters", "retry", "{app}", "--all"],
+            0,
+            "retried 0 dead letter(s) onto queue 'cli-tests'",
+        ),
+        (
+            ["dead-letters", "retry", "{app}", "dead-1", "dead-2"],
+            1,
+            "2 of 2 id(s) were not dead letters of queue 'cli-tests'",
+        ),
+        (
+            ["dead-letters", "purge", "{app}", "--all", "--yes"],
+            0,
+            "purged 0 dead letter(s) from queue 'cli-tests'",
+        ),
+        # Validated against the App's task before anything connects.
+        (
+            ["enqueue", "{app}", "cli.greet", "--payload", '{"nam": 1}'],
+            2,
+            "task 'cli.greet': payload does not match Greeting",
+        ),
+    ],
+    ids=lambda value: "-".join(value[:2]) if isinstance(value, list) else None,
+)
+@pytest.mark.parametrize("form", ["positional", "option", "both"])
+def test_every_command_takes_the_app_as_argument_or_with_app(
+    run: Cli, memory_url: str, argv: list[str], code: int, expect: str, form: str
+) -> None:
+    words: list[str] = []
+    for word in argv:
+        if word != "{app}":
+            words.append(word)
+        elif form == "option":
+            words += ["--app", APP]
+        else:
+            words.append(APP)
+    if form == "both":
+        # After the arguments: argparse takes no more arguments after an option.
+        words += ["--app", APP]
+
+    result = run(*words, "--url", DOWN if argv[0] == "enqueue" else memory_url)
+
+    assert result.code == code, result.err
+    assert expect in result.out + result.err, result.err
+    assert "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", APP, "--app", OTHER_APP, "--burst"],
+        ["inspect", APP, "--app", OTHER_APP],
+        ["config", OTHER_APP, "--app", APP],
+        ["dead-letters", "list", APP, "--app", OTHER_APP],
+        ["dead-letters", "show", APP, "1-0", "--app", OTHER_APP],
+        ["dead-letters", "purge", APP, "1-0", "--app", OTHER_APP, "--yes"],
+        ["enqueue", APP, "cli.noop", "--app", OTHER_APP],
+    ],
+    ids=lambda argv: "-".join(argv[:2]),
+)
+def test_the_app_given_twice_with_different_values_is_a_usage_error(
+    run: Cli, memory_url: str, argv: list[str]
+) -> None:
+    result = run(*argv, "--url", memory_url)
+
+    assert result.code == 2
+    assert "the App is given twice with different values" in result.err
+    assert APP in result.err
+    assert OTHER_APP in result.err
+
+
+def test_dead_letter_ids_are_never_taken_for_the_app(run: Cli, memory_url: str) -> None:
+    # Redis ids and memory ids have no MODULE:ATTRIBUTE shape: all of them are ids.
+    result = run(
+        "dead-letters", "retry", "1714824001234-0", "dead-7", "--app", APP, "--url", memory_url
+    )
+
+    assert result.code == 1
+    assert "2 of 2 id(s) were not dead letters of queue 'cli-tests'" in result.err

@@ -10,6 +10,8 @@ from tests.cli.conftest import Cli
 
 APP = "tests.cli.apps:app"
 MEM = "memory://cli-errors"
+# enqueue refuses memory://, and checks everything else before it connects.
+DOWN = "redis://127.0.0.1:1/0"
 
 
 @pytest.mark.parametrize(
@@ -47,7 +49,7 @@ MEM = "memory://cli-errors"
             "configuration error: option --num-workers: num_workers='ten' must be an integer",
         ),
         (
-            ["worker", APP, "--workers", "0"],
+            ["worker", APP, "--num-workers", "0"],
             {},
             "configuration error: num_workers=0 must be >= 1 (from option --num-workers)",
         ),
@@ -136,44 +138,45 @@ MEM = "memory://cli-errors"
         ),
         # enqueue.
         (
-            ["enqueue", "cli.gret", "--app", APP, "--url", MEM],
+            ["enqueue", "cli.gret", "--app", APP, "--url", DOWN],
             {},
-            "unknown task 'cli.gret' (registered: cli.fail, cli.greet, cli.noop, cli.slow)",
+            "unknown task 'cli.gret' (registered: cli.block, cli.fail, cli.greet, cli.noop, "
+            "cli.slow)",
         ),
         (
-            ["enqueue", "cli.greet", "--app", APP, "--url", MEM, "--json", "{name: 1}"],
+            ["enqueue", "cli.greet", "--app", APP, "--url", DOWN, "--payload", "{name: 1}"],
             {},
-            "--json: invalid JSON: ",
+            "--payload: invalid JSON: ",
         ),
         (
-            ["enqueue", "cli.greet", "--app", APP, "--url", MEM, "--json", '{"nam": "x"}'],
+            ["enqueue", "cli.greet", "--app", APP, "--url", DOWN, "--payload", '{"nam": "x"}'],
             {},
-            "--json: task 'cli.greet': payload does not match Greeting: Object missing "
+            "--payload: task 'cli.greet': payload does not match Greeting: Object missing "
             "required field `name`",
         ),
         (
-            ["enqueue", "cli.greet", "--app", APP, "--url", MEM, "--file", "missing.jsonl"],
+            ["enqueue", "cli.greet", "--app", APP, "--url", DOWN, "--file", "missing.jsonl"],
             {},
             "--file 'missing.jsonl': No such file or directory",
         ),
         (
-            ["enqueue", "cli.greet", "--app", APP, "--url", MEM, "--file", "bad.jsonl"],
+            ["enqueue", "cli.greet", "--app", APP, "--url", DOWN, "--file", "bad.jsonl"],
             {},
             "bad.jsonl line 2: task 'cli.greet': payload does not match Greeting: Expected "
             "`str`, got `int` - at `$.name`",
         ),
         (
-            ["enqueue", "cli.greet", "--app", APP, "--url", MEM, "--file", "empty.jsonl"],
+            ["enqueue", "cli.greet", "--app", APP, "--url", DOWN, "--file", "empty.jsonl"],
             {},
             "empty.jsonl: no payloads (expected one JSON value per line)",
         ),
         (
-            ["enqueue", "cli.greet", "--app", APP, "--queue", "other", "--url", MEM],
+            ["enqueue", "cli.greet", "--app", APP, "--queue", "other", "--url", DOWN],
             {},
             "--queue 'other' differs from the queue of tests.cli.apps:app ('cli-tests')",
         ),
         (
-            ["enqueue", "bad name", "--url", MEM],
+            ["enqueue", "bad name", "--url", DOWN],
             {},
             "task name 'bad name' must be 1-200 characters without spaces or braces",
         ),
@@ -217,7 +220,8 @@ def test_cli_exits_1_without_traceback_or_password_when_the_backend_is_unreachab
     result = run(*argv)
 
     assert result.code == 1
-    assert result.err.startswith("taskrunner: backend error: ")
+    # The last line: inspect and dead-letters first note that they use queue 'default'.
+    assert result.err.splitlines()[-1].startswith("taskrunner: backend error: ")
     assert "server unavailable" in result.err
     assert "Traceback" not in result.err
     assert "hunter2" not in result.err

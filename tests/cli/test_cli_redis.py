@@ -1,12 +1,13 @@
-"""The command line against Redis: dead-letter round trip, worker, inspect, demo."""
+"""The command line against Redis: dead-letter round trip, worker, inspect."""
 
 from __future__ import annotations
 
 import asyncio
+import io
+from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from taskrunner import open_queue
 from taskrunner.codec import decode_envelope
@@ -46,7 +47,7 @@ def test_dead_letter_retry_round_trip_neither_loses_nor_duplicates(
 ) -> None:
     common = ("--app", APP, "--url", redis_ns_url)
     for name in ("ada", "grace"):
-        assert run("enqueue", "cli.fail", "--json", f'{{"name": "{name}"}}', *common).code == 0
+        assert run("enqueue", "cli.fail", "--payload", f'{{"name": "{name}"}}', *common).code == 0
     assert run("worker", APP, "--url", redis_ns_url, *BURST).code == 0
     letters = run("dead-letters", "list", *common, "--json").json()["dead_letters"]
     first = letters[0]
@@ -83,7 +84,7 @@ def test_dead_letter_retry_round_trip_neither_loses_nor_duplicates(
 
 def test_dead_letters_show_and_purge_on_redis(run: Cli, redis_ns_url: str) -> None:
     common = ("--app", APP, "--url", redis_ns_url)
-    run("enqueue", "cli.fail", "--json", '{"name": "ada"}', *common)
+    run("enqueue", "cli.fail", "--payload", '{"name": "ada"}', *common)
     run("worker", APP, "--url", redis_ns_url, *BURST)
     [letter] = run("dead-letters", "list", *common, "--json").json()["dead_letters"]
 
@@ -120,16 +121,75 @@ def test_inspect_lists_consumers_with_pending_counts_and_idle_times(
     assert "    holder  1        " in table.out
 
 
-def test_demo_on_redis_leaves_no_message_behind(
-    run: Cli, redis_ns_url: str, redis_url: str, redis_namespace: str
+def test_enqueue_a_json_lines_file_then_a_burst_worker_runs_them(
+    run: Cli, redis_ns_url: str, tmp_path: Path
 ) -> None:
-    result = run("demo", "--url", redis_ns_url, "--tasks", "300", "--workers", "32")
+    payloads = tmp_path / "greetings.jsonl"
+    payloads.write_text('{"name": "ada"}\n\n{"name": "grace"}\n{"name": "edsger"}\n')
+
+    enqueued = run("enqueue", APP, "cli.greet", "--file", str(payloads), "--url", redis_ns_url)
+    ready = queue_stats(redis_ns_url).ready
+    worker = run("worker", APP, "--url", redis_ns_url, *BURST)
+
+    assert enqueued.code == 0, enqueued.err
+    assert enqueued.err == ""
+    assert len(enqueued.out.split()) == 3
+    assert ready == 3
+    assert worker.code == 0
+    stats = queue_stats(redis_ns_url)
+    assert (stats.ready, stats.in_flight, stats.dead) == (0, 0, 0)
+
+
+def test_enqueue_reads_payloads_from_stdin_and_prints_json(
+    run: Cli, redis_ns_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"name": "a"}\n{"name": "b"}\n'))
+
+    result = run(
+        "enqueue", "cli.greet", "--app", APP, "--file", "-", "--url", redis_ns_url, "--json"
+    )
 
     assert result.code == 0, result.err
-    assert "processed      300" in result.out
-    client = redis.Redis.from_url(redis_url)
-    try:
-        keys = list(client.scan_iter(match=f"{redis_namespace}:*"))
-        assert all(client.type(k) == b"stream" and client.xlen(k) == 0 for k in keys), keys
-    finally:
-        client.close()
+    document = result.json()
+    assert (document["queue"], document["task"]) == (QUEUE, "cli.greet")
+    assert len(document["message_ids"]) == 2
+    assert sorted(decode_envelope(b).task for b in ready_bodies(redis_ns_url)) == ["cli.greet"] * 2
+
+
+def test_enqueue_a_task_without_payload(run: Cli, redis_ns_url: str) -> None:
+    result = run("enqueue", "cli.noop", "--app", APP, "--url", redis_ns_url, "--output", "json")
+
+    assert result.code == 0, result.err
+    [message_id] = result.json()["message_ids"]
+    assert queue_stats(redis_ns_url).ready == 1
+    assert message_id
+
+
+def test_enqueue_without_app_sends_unchecked_and_the_worker_dead_letters_a_wrong_name(
+    run: Cli, redis_ns_url: str
+) -> None:
+    enqueued = run(
+        "enqueue", "cli.gret", "--queue", QUEUE, "--payload", '{"name": 1}', "--url", redis_ns_url
+    )
+    worker = run("worker", APP, "--url", redis_ns_url, *BURST)
+    listed = run("dead-letters", "list", "--app", APP, "--url", redis_ns_url, "--json")
+
+    assert enqueued.code == 0, enqueued.err
+    assert "no App given: payloads for 'cli.gret' are not validated" in enqueued.err
+    assert worker.code == 0
+    [letter] = listed.json()["dead_letters"]
+    assert "unknown task 'cli.gret'" in letter["reason"]
+    assert letter["envelope"]["payload"] == {"name": 1}
+
+
+def test_enqueue_without_app_or_queue_says_it_sends_to_queue_default(
+    run: Cli, redis_ns_url: str
+) -> None:
+    result = run("enqueue", "some.task", "--url", redis_ns_url)
+
+    assert result.code == 0, result.err
+    assert (
+        "no App given: payloads for 'some.task' are not validated and go to queue "
+        "'default' (choose one with --queue NAME, or give the App as MODULE:APP or --app)"
+    ) in result.err
+    assert queue_stats(redis_ns_url, "default").ready == 1

@@ -62,9 +62,8 @@ def test_settings_ignore_a_pyproject_without_a_taskrunner_table(tmp_path: Path) 
         "num_workers = 6\n",
         "[taskrunner]\nnum_workers = 6\n",
         "[tool.taskrunner]\nnum_workers = 6\n",
-        "num-workers = 6\n",
     ],
-    ids=["top-level", "taskrunner-table", "tool-table", "dashes"],
+    ids=["top-level", "taskrunner-table", "tool-table"],
 )
 def test_settings_read_a_config_file_in_every_accepted_layout(tmp_path: Path, text: str) -> None:
     path = tmp_path / "worker.toml"
@@ -116,7 +115,7 @@ def test_settings_convert_text_from_environment_for_every_kind(tmp_path: Path) -
 def test_settings_build_tuning_config_from_flat_keys(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
         "[tool.taskrunner]\nmin_workers = 2\nmax_workers = 20\ndesired_wait_seconds = 1.5\n"
-        "tuning_cooldown_seconds = 0\n"
+        "cooldown_seconds = 0\n"
     )
 
     settings = load(tmp_path)
@@ -268,11 +267,11 @@ FILE = "FILE"  # replaced by the path of the file a case writes
                     "TASKRUNNER_MIN_WORKERS": "1",
                     "TASKRUNNER_MAX_WORKERS": "2",
                     "TASKRUNNER_DESIRED_WAIT_SECONDS": "1",
-                    "TASKRUNNER_TUNING_COOLDOWN_SECONDS": "-1",
+                    "TASKRUNNER_COOLDOWN_SECONDS": "-1",
                 }
             },
             "cooldown_seconds=-1.0 must be >= 0 (from environment variable "
-            "TASKRUNNER_TUNING_COOLDOWN_SECONDS)",
+            "TASKRUNNER_COOLDOWN_SECONDS)",
         ),
         # Files.
         (
@@ -283,7 +282,7 @@ FILE = "FILE"  # replaced by the path of the file a case writes
         ({"file": "taskrunner = 3\n"}, "FILE [taskrunner] must be a table of settings"),
         (
             {"file": "num_workers = 2\nnum-workers = 3\n"},
-            "FILE: setting 'num_workers' is given twice (as 'num_workers' and with dashes)",
+            "FILE: write num_workers, not num-workers: settings are spelt with underscores",
         ),
     ],
 )

@@ -94,6 +94,7 @@ from taskrunner.errors import (
     QueueClosedError,
     UnsupportedServerError,
 )
+from taskrunner.logs import mask_secrets, url_secrets
 from taskrunner.queue import (
     Capabilities,
     ConsumerCleanup,
@@ -1283,8 +1284,10 @@ async def open_from_url(
             socket_connect_timeout=DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS,
         )
     except (ValueError, TypeError) as exc:
+        # redis-py's message may quote part of the URL: mask the password in it too.
+        problem = mask_secrets(str(exc), url_secrets(url))
         raise ConfigurationError(
-            f"invalid Redis URL {mask_url(url)}: {exc}", setting="url"
+            f"invalid Redis URL {mask_url(url)}: {problem}", setting="url"
         ) from None
     try:
         queue = RedisStreamsQueue(

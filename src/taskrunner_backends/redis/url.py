@@ -1,6 +1,7 @@
 """Backend URLs: splitting queue options from redis-py options (internal).
 
-A URL is ``redis://[[user]:password@]host[:port][/db][?option=value&...]``, or
+A URL is ``redis://[[user]:password@]host[:port][/db][?option=value&...]`` (the path is
+empty or a database number), or
 ``rediss://`` for TLS, or ``unix:///path/to/socket?db=0``. Query options are either
 this backend's (`QUEUE_OPTIONS`) or redis-py connection options (`REDIS_OPTIONS`),
 which pass through to ``redis.asyncio.Redis.from_url``. Anything else is a
@@ -9,7 +10,8 @@ which pass through to ``redis.asyncio.Redis.from_url``. Anything else is a
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+import re
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from taskrunner import mask_url
 from taskrunner.errors import ConfigurationError
@@ -48,6 +50,11 @@ REDIS_OPTIONS = frozenset(
 
 _SCHEMES = ("redis", "rediss", "unix")
 
+# The path of a redis:// URL: a database number, ASCII digits only.
+_DATABASE_PATH = re.compile(r"/[0-9]+")
+# str.isdigit() would accept other scripts' digits, which int() reads but Redis never shows.
+_DIGITS = re.compile(r"[0-9]+")
+
 # What each redis-py option's value must look like, checked here so a bad value is a
 # configuration error naming the option, not a connection failure or a traceback.
 _POSITIVE_SECONDS = frozenset(
@@ -71,7 +78,7 @@ def _check_value(name: str, value: str, url: str) -> None:
         if not 0 < seconds < float("inf"):
             problem = "must be a positive number of seconds"
     elif name in _NON_NEGATIVE_INTEGERS:
-        if not value.isdigit():
+        if not _DIGITS.fullmatch(value):
             problem = "must be a whole number >= 0"
     elif name in _BOOLEANS:
         if value.lower() not in _BOOLEAN_WORDS:
@@ -84,13 +91,63 @@ def _check_value(name: str, value: str, url: str) -> None:
         )
 
 
+def _check_authority(url: str, parts: SplitResult) -> None:
+    """Refuse URLs whose user information leaked past the host, and ports that are no number.
+
+    An unencoded ``/``, ``?`` or ``#`` in a password ends the host part early: the rest
+    of the password lands in the path or query (with an ``@`` in it), and redis-py would
+    connect somewhere else or report part of the password as a bad port. The messages
+    here never quote any part of the URL but its masked form.
+    """
+    if "@" in parts.path or "@" in parts.query or "@" in parts.fragment:
+        raise ConfigurationError(
+            f"{mask_url(url)} has an '@' after its host part: the characters /, ?, # and @ "
+            "in a user name, password or option value must be percent-encoded (%2F, %3F, "
+            "%23, %40), e.g. with urllib.parse.quote(password, safe='')",
+            setting="url",
+        )
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        raise ConfigurationError(
+            f"the port in {mask_url(url)} must be a number from 0 to 65535",
+            setting="url",
+        ) from None
+
+
+def _check_database_path(url: str, path: str, query_db: str | None) -> None:
+    """The path of a redis:// or rediss:// URL must be empty, ``/`` or ``/N``.
+
+    redis-py reads the path as the database number by deleting every ``/`` and
+    calling int(), and silently uses database 0 when that fails: ``/abc`` would
+    quietly share database 0 with whatever lives there, ``/0/1`` would be database 1.
+    """
+    if path in ("", "/"):
+        return
+    if not _DATABASE_PATH.fullmatch(path):
+        raise ConfigurationError(
+            f"database path {path!r} in {mask_url(url)}: the path of a Redis URL is empty "
+            "or /N, a database number (0, 1, 2, ...)",
+            setting="url",
+        )
+    if query_db is not None:
+        raise ConfigurationError(
+            f"{mask_url(url)} names the database both in the path ({path}) and as "
+            f"db={query_db}; give it once",
+            setting="url",
+        )
+
+
 def split_url(url: str) -> tuple[str, dict[str, str]]:
     """Split `url` into a URL for redis-py and this backend's own options.
 
     Raises:
-        ConfigurationError: The scheme is not redis, rediss or unix, the query names an
-            unknown option (the message lists the known ones), a TLS option on a URL
-            without TLS, or a value of the wrong kind.
+        ConfigurationError: The scheme is not redis, rediss or unix, a password or
+            option holds an unencoded ``/``, ``?``, ``#`` or ``@`` that breaks the URL's
+            structure, the port is no number, the path is not a database number (or
+            repeats the ``db`` option), the query names an unknown option (the
+            message lists the known ones), a TLS option on a URL without TLS, or a value
+            of the wrong kind.
     """
     parts = urlsplit(url)
     if parts.scheme not in _SCHEMES:
@@ -99,6 +156,7 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
             f"expected one of {', '.join(s + '://' for s in _SCHEMES)}",
             setting="url",
         )
+    _check_authority(url, parts)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     names = [name for name, _ in pairs]
     unknown = sorted({n for n in names if n not in QUEUE_OPTIONS and n not in REDIS_OPTIONS})
@@ -122,6 +180,8 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
         )
     for name, value in pairs:
         _check_value(name, value, url)
+    if parts.scheme != "unix":
+        _check_database_path(url, parts.path, dict(pairs).get("db"))
     ours = {n: v for n, v in pairs if n in QUEUE_OPTIONS}
     theirs = [(n, v) for n, v in pairs if n in REDIS_OPTIONS]
     redis_url = urlunsplit(parts._replace(query=urlencode(theirs)))
