@@ -67,13 +67,14 @@ async def test_server_killed_and_restarted_mid_run_loses_nothing_and_runs_nothin
         )
 
         await asyncio.to_thread(server.stop, kill=True)
-        # Down long enough for the acker and the lease keeper to fail at least once
-        # (the fetcher may not notice: with every worker waiting for its ack it has
-        # no capacity to receive with).
+        # Down until the runner noticed: some loop failed and backs off. Which one is
+        # up to timing: the acker when a task finished after the kill, the lease keeper
+        # when a lease was still held, else the reclaimer or the monitor on their next
+        # round (a fetcher whose workers all wait for acks has no capacity to receive).
         await eventually(
             lambda: _now(_failing_loops(caplog)),
-            lambda loops: {"taskrunner.acker", "taskrunner.heartbeat"} <= loops,
-            what="the acker and the lease keeper fail and back off while the server is away",
+            lambda loops: bool(loops),
+            what="a loop of the runner fails and backs off while the server is away",
         )
         await asyncio.to_thread(server.restart)
 
