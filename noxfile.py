@@ -31,10 +31,11 @@ def redis(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint rules and formatting."""
+    """ruff (lint rules and formatting) and import-linter (the layering in pyproject.toml)."""
     install(session, "lint")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")
 
 
 @nox.session

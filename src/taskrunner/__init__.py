@@ -33,7 +33,6 @@ from taskrunner.errors import (
     UnsupportedServerError,
 )
 from taskrunner.failure import FailedTaskHandler, TaskFailure
-from taskrunner.logs import mask_url
 from taskrunner.messages import Envelope
 from taskrunner.producer import Producer
 from taskrunner.queue import (
@@ -49,6 +48,7 @@ from taskrunner.queue import (
     WorkerInfo,
     WorkerRegistry,
 )
+from taskrunner.redaction import mask_url
 from taskrunner.runner import Runner
 from taskrunner.stats import RunnerStats, TaskStats
 

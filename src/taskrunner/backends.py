@@ -24,8 +24,8 @@ from typing import Any, cast
 
 from taskrunner.clock import Clock
 from taskrunner.errors import ConfigurationError
-from taskrunner.logs import mask_url
 from taskrunner.queue import Queue
+from taskrunner.redaction import mask_url
 
 __all__ = [
     "DEFAULT_URL",

@@ -30,9 +30,9 @@ from taskrunner.backends import DEFAULT_URL, open_queue
 from taskrunner.config import RunnerConfig
 from taskrunner.context import current_task
 from taskrunner.errors import BackendError
-from taskrunner.logs import mask_url
 from taskrunner.producer import Producer
 from taskrunner.queue import Queue
+from taskrunner.redaction import mask_url
 from taskrunner.runner import Runner
 from taskrunner.stats import RunnerStats
 

@@ -19,7 +19,7 @@ from taskrunner.codec import encode_envelope
 from taskrunner.messages import Envelope
 from taskrunner.queue import Queue
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "encode_message"]
 
 PayloadT = TypeVar("PayloadT")
 
@@ -104,12 +104,30 @@ class Producer:
         self, task: Task[Any] | str, payload: Any, *, headers: Mapping[str, str] | None = None
     ) -> bytes:
         """The message body `dispatch` would send, validated and size-checked."""
-        resolved = self._app.get_task(task) if isinstance(task, str) else task
-        envelope = Envelope(
-            id=uuid.uuid4().hex,
-            task=resolved.name,
-            payload=resolved.codec.encode(payload),
-            enqueued_at=self._clock.time(),
-            headers=dict(headers) if headers else {},
-        )
-        return encode_envelope(envelope, max_bytes=self._app.max_message_bytes)
+        return encode_message(self._app, task, payload, clock=self._clock, headers=headers)
+
+
+def encode_message(
+    app: App,
+    task: Task[Any] | str,
+    payload: Any,
+    *,
+    clock: Clock | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    """The body `Producer.dispatch` would send for `payload`, without a queue.
+
+    Raises:
+        UnknownTaskError: `task` is a name `app` does not know.
+        PayloadValidationError: The payload does not match the task's payload type.
+        PayloadTooLargeError: The body exceeds the app's ``max_message_bytes``.
+    """
+    resolved = app.get_task(task) if isinstance(task, str) else task
+    envelope = Envelope(
+        id=uuid.uuid4().hex,
+        task=resolved.name,
+        payload=resolved.codec.encode(payload),
+        enqueued_at=(clock or SystemClock()).time(),
+        headers=dict(headers) if headers else {},
+    )
+    return encode_envelope(envelope, max_bytes=app.max_message_bytes)

@@ -43,7 +43,8 @@ from typing import Any, Literal
 from taskrunner.backends import DEFAULT_URL, check_url
 from taskrunner.config import RunnerConfig, TuningConfig
 from taskrunner.errors import ConfigurationError
-from taskrunner.logs import LOG_FORMATS, LOG_LEVELS, mask_url
+from taskrunner.logs import LOG_FORMATS, LOG_LEVELS
+from taskrunner.redaction import mask_url
 
 __all__ = [
     "CONFIG_ENV",

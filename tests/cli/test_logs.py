@@ -11,7 +11,8 @@ import pytest
 
 from taskrunner import Delivery, Receipt
 from taskrunner.context import _CURRENT, TaskContext
-from taskrunner.logs import configure_logging, log_delivery, mask_secrets, mask_url
+from taskrunner.logs import configure_logging, log_delivery
+from taskrunner.redaction import mask_secrets, mask_url
 
 DELIVERY = Delivery(
     message_id="7-0",

@@ -17,7 +17,8 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from taskrunner.logs import configure_logging, mask_secrets, mask_url, url_secrets
+from taskrunner.logs import configure_logging
+from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 from tests.cli.conftest import Cli
 
 APP = "tests.cli.apps:app"

@@ -7,12 +7,12 @@ import logging
 import pytest
 import redis.asyncio as aioredis
 
-from taskrunner import mask_url
 from taskrunner.errors import (
     BackendUnavailableError,
     ConfigurationError,
     UnsupportedServerError,
 )
+from taskrunner.redaction import mask_url
 from taskrunner_backends.redis import RedisStreamsQueue, open_from_url
 from taskrunner_backends.redis.keys import QueueKeys, namespace_pattern
 from taskrunner_backends.redis.queue import check_server

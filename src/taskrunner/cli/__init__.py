@@ -72,7 +72,8 @@ from taskrunner.cli.common import (
 )
 from taskrunner.cli.output import Output
 from taskrunner.errors import BackendError, ConfigurationError, MessageError
-from taskrunner.logs import configure_logging, mask_secrets, url_secrets
+from taskrunner.logs import configure_logging
+from taskrunner.redaction import mask_secrets, url_secrets
 from taskrunner.settings import Settings, env_name, flag_name, load_settings
 
 __all__ = [

@@ -24,8 +24,8 @@ from taskrunner.cli.common import (
 from taskrunner.cli.output import Output, seconds, short, when
 from taskrunner.codec import decode_envelope
 from taskrunner.errors import ConfigurationError, DecodeError
-from taskrunner.logs import mask_url
 from taskrunner.queue import DeadLetter, QueueAdmin
+from taskrunner.redaction import mask_url
 from taskrunner.settings import Settings
 
 __all__ = ["SHOW_SCAN_LIMIT", "add_parser", "run_dead_letters"]

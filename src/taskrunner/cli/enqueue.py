@@ -24,9 +24,8 @@ from taskrunner.cli.common import (
 )
 from taskrunner.cli.output import Output
 from taskrunner.errors import MessageError
-from taskrunner.producer import Producer
+from taskrunner.producer import encode_message
 from taskrunner.settings import Settings
-from taskrunner_backends.memory import InMemoryQueue
 
 __all__ = ["add_parser", "check_old_payload_flag", "run_enqueue"]
 
@@ -118,12 +117,10 @@ async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output)
         app.get_task(task_name)
     payloads = _read_payloads(args)
     # Every payload is checked before anything connects, so one bad line sends nothing.
-    # encode() only builds bytes; the queue it is given is never touched.
-    producer = Producer(InMemoryQueue(), app)
     bodies = []
     for where, payload in payloads:
         try:
-            bodies.append(producer.encode(task_name, payload))
+            bodies.append(encode_message(app, task_name, payload))
         except MessageError as exc:
             raise UsageError(f"{where}: {exc}") from None
     ids: list[str] = []

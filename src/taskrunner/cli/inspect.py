@@ -17,8 +17,8 @@ from taskrunner.cli.common import (
     note_default_queue,
 )
 from taskrunner.cli.output import Output, seconds
-from taskrunner.logs import mask_url
 from taskrunner.queue import Queue, WorkerInfo
+from taskrunner.redaction import mask_url
 from taskrunner.settings import Settings
 from taskrunner.tuning import predicted_wait
 

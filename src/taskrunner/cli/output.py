@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from taskrunner.logs import mask_secrets
+from taskrunner.redaction import mask_secrets
 
 __all__ = ["Output", "seconds", "short", "when"]
 

@@ -8,7 +8,7 @@ from taskrunner.backends import open_queue
 from taskrunner.cli.common import EXIT_OK, Parser, UsageError
 from taskrunner.cli.output import Output
 from taskrunner.errors import ConfigurationError
-from taskrunner.logs import mask_url
+from taskrunner.redaction import mask_url
 from taskrunner.settings import Settings
 
 __all__ = ["add_parser", "run_queue"]

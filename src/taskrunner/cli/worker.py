@@ -26,7 +26,7 @@ from taskrunner.cli.common import (
     signal_handlers,
 )
 from taskrunner.errors import ConfigurationError
-from taskrunner.logs import mask_url
+from taskrunner.redaction import mask_url
 from taskrunner.runner import Runner
 from taskrunner.settings import Settings
 

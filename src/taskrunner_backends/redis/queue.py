@@ -85,7 +85,6 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 import redis.asyncio as aioredis
 
-from taskrunner import mask_url
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.errors import (
     BackendError,
@@ -94,7 +93,6 @@ from taskrunner.errors import (
     QueueClosedError,
     UnsupportedServerError,
 )
-from taskrunner.logs import mask_secrets, url_secrets
 from taskrunner.queue import (
     Capabilities,
     ConsumerCleanup,
@@ -107,6 +105,7 @@ from taskrunner.queue import (
     WorkerInfo,
     WorkerRegistry,
 )
+from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
 from .client import Arg, RawClient
 from .errors import GroupMissingError, translate_errors

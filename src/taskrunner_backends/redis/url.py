@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
-from taskrunner import mask_url
 from taskrunner.errors import ConfigurationError
+from taskrunner.redaction import mask_url
 
 __all__ = ["QUEUE_OPTIONS", "REDIS_OPTIONS", "split_url"]
 
