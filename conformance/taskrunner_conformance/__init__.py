@@ -24,7 +24,7 @@ Two ways in:
 
 The properties are numbered in `taskrunner_conformance.properties`; every sentence of
 the `Queue` contract has a test whose name reads the same. Install with
-``pip install taskrunner[conformance]`` (pytest and hypothesis).
+``pip install 'taskrunner-queue[conformance]'`` (pytest and hypothesis).
 
 Versioning: `SUITE_VERSION` changes when tests are added; new required tests arrive
 only in minor releases of taskrunner, so pin taskrunner in your CI to avoid surprises.
