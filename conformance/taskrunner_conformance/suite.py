@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .cases.acks import AckCases
+from .cases.boundaries import BoundaryCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
 from .cases.leases import LeaseCases
@@ -25,6 +26,7 @@ class QueueConformance(
     OutageCases,
     RegistryCases,
     ModelCases,
+    BoundaryCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 
