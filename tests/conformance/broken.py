@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from taskrunner.queue import Delivery, Queue
 from taskrunner_backends.memory import InMemoryQueue
 
+from .broken_timing import BROKEN_TIMING
 from .harnesses import MemoryHarness
 
 __all__ = ["BROKEN", "BrokenHarness"]
@@ -217,7 +218,7 @@ def _factory(queue_class: type[InMemoryQueue]) -> Callable[[], BrokenHarness]:
 
 
 # Factory name -> (harness factory, the property that names the defect).
-BROKEN: dict[str, tuple[Callable[[], BrokenHarness], str]] = {
+BROKEN: dict[str, tuple[Callable[[], MemoryHarness], str]] = {
     "heartbeat_does_not_extend": (_factory(HeartbeatDoesNotExtend), "P15"),
     "heartbeat_steals_back": (_factory(HeartbeatStealsBack), "P16"),
     "ack_ignores_ownership": (_factory(AckIgnoresOwnership), "P12"),
@@ -231,6 +232,7 @@ BROKEN: dict[str, tuple[Callable[[], BrokenHarness], str]] = {
     "reclaim_without_cursor": (_factory(ReclaimWithoutCursor), "P21"),
     "repeat_ack_not_reported": (_factory(RepeatAckNotReported), "P10"),
 }
+BROKEN.update(BROKEN_TIMING)
 
 heartbeat_does_not_extend = BROKEN["heartbeat_does_not_extend"][0]
 heartbeat_steals_back = BROKEN["heartbeat_steals_back"][0]
