@@ -10,6 +10,7 @@ rounds a delay to whole seconds fails here.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,16 @@ async def _reclaim_all(queue: Queue, consumer: str, lease: float, in_flight: int
 
 def _ids(deliveries: Sequence[Delivery]) -> list[str]:
     return [d.message_id for d in deliveries]
+
+
+def _outcome(task: asyncio.Task[list[Delivery]]) -> str:
+    """How a finished receive ended, for failure messages."""
+    if task.cancelled():
+        return "was cancelled"
+    error = task.exception()
+    if error is not None:
+        return f"raised {error!r}"
+    return f"returned {_ids(task.result())}"
 
 
 def _exactly_after(start: float, seconds: float, *, at_most: bool) -> float:
@@ -428,7 +439,13 @@ class BoundaryCases(ConformanceBase):
         granted = s.now()
         other = await s.open()
         await edges.wait_until(_exactly_after(granted, lease, at_most=True))
-        await s.nothing_for(other, s.consumer("eager"), set(ids))
+        eager = s.consumer("eager")
+        early = await _reclaim_all(other, eager, lease, 1)
+        early += await other.receive(eager, max_messages=1, wait_seconds=0, lease_seconds=lease)
+        assert not early, (
+            f"a lease idle for exactly its {lease:g}s was handed over; reclaim may take it "
+            "only once its idle time exceeds the lease"
+        )
         await edges.wait_until(granted + edges.after(lease))
         (taken,) = await s.reclaim_ids(other, s.consumer("reclaimer"), set(ids))
         assert taken.delivery_count == 2
@@ -611,8 +628,8 @@ class BoundaryCases(ConformanceBase):
                     if not edges.certainly_before(wait, high):
                         return high - (wait - s.precision)
                     assert not returned, (
-                        f"blocking receive(wait_seconds={wait:g}) returned within {high:.4f}s, "
-                        f"before its wait minus the precision {s.precision:g}s"
+                        f"blocking receive(wait_seconds={wait:g}) {_outcome(task)} within "
+                        f"{high:.4f}s, before its wait minus the precision {s.precision:g}s"
                     )
                     await edges.wait_until(mark.end + edges.after(wait))
                     assert await edges.finished(task), (
@@ -673,7 +690,7 @@ class BoundaryCases(ConformanceBase):
                         return high - (delay - s.precision)
                     assert not returned, (
                         f"a receive waiting for a message released {when} with a delay of "
-                        f"{delay:g}s returned within {high:.4f}s of the release"
+                        f"{delay:g}s {_outcome(task)} within {high:.4f}s of the release"
                     )
                     await edges.wait_until(mark.end + edges.after(delay))
                     assert await edges.finished(task), (
