@@ -12,25 +12,27 @@ it ("after": it must have changed).
 How "just" is made certain depends on the time mode:
 
 * **clock** (a fake clock): the clock is moved to exactly ``edge - p - eps`` and
-  ``edge + p + eps``, with ``eps`` a thousandth of the edge, so a backend off by even
-  1 % fails. Before the first subject the clock is moved `CLOCK_HEAD_START` seconds, so
-  no edge sits near zero (an implementation comparing the clock with a sequence
-  number, or adding where it should subtract, shows).
+  ``edge + p + eps``, with ``eps`` a thousandth of the edge, so a backend off by more
+  than 0.1 % fails. Before the first subject the clock is moved `CLOCK_HEAD_START`
+  seconds, so no edge sits near zero (an implementation comparing the clock with a
+  sequence number, or adding where it should subtract, shows).
 * **real** and **age** (real time, which runs on during every call): each event that
   starts a subject's time (a grant, heartbeat, release, publish...) is bracketed by
   the suite's monotonic clock (a `Mark`), and so is each probe. At a probe the elapsed
-  time therefore lies in ``[probe start - mark end, probe end - mark start]``; when the
-  ``age_lease`` hook added idle time, the lower bound is the last age given and the
-  upper bound adds every age given (the hook may set or add, see `AgesLeases`). A
-  "before" result counts only when the upper bound is below ``edge - p``, an "after"
-  result only when the lower bound is above ``edge + p``. Probes aim a slack ``d``
-  inside the edge (`slack`). A "before" probe that real time made inconclusive (the
+  time therefore lies in ``[probe start - mark end, probe end - mark start]``; after
+  the ``age_lease`` hook, in ``[the age given, the age given + probe end - mark
+  start]`` (the hook may set the idle time or add to it, see `AgesLeases`, so every
+  subject is aged at most once). Probes aim a slack ``d`` inside and outside the
+  allowance (`Edges.slack`). A "before" probe counts only when its whole interval lies
+  in ``[edge - p - 2d, edge - p)``, an "after" probe only when the change was seen by
+  ``edge + p + 2d``; so a backend off by more than ``p + 2d`` always fails, and one
+  that is right never does. A probe that real time pushed out of its window (the
   machine was slow) is retried on fresh subjects in a fresh queue, `ATTEMPTS` times,
   and then fails saying the machine was too slow: never a silent pass or a skip.
 
-With the ``age_lease`` hook, leases need no waiting at all: each subject is aged to its
-"before" idle time right after it was granted and probed at once, then aged to its
-"after" idle time and probed again.
+With the ``age_lease`` hook, leases need no waiting at all: for each spec one subject
+is aged just below its edge right after it was made and probed at once, and a second
+one is aged just past it and probed at once.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from taskrunner.queue import Delivery, Queue
@@ -53,6 +55,7 @@ __all__ = [
     "CLOCK_HEAD_START",
     "Edges",
     "Mark",
+    "Role",
     "Spec",
     "Subject",
     "Trial",
@@ -129,6 +132,9 @@ class Spec:
     before: bool = True
 
 
+Role = Literal["both", "before", "after"]
+
+
 @dataclass(eq=False)
 class Subject:
     """One subject under test, as a trial made it.
@@ -139,11 +145,15 @@ class Subject:
         mark: When its time started.
         delivery: The delivery holding it, for leases (aged through the hook).
         queue: The handle the ``age_lease`` hook is given for it.
-        ages: Idle seconds given to the ``age_lease`` hook since the mark, in order.
-        crossed: Whether a probe saw it change.
-        probed_before: Whether its own probe just before the edge was conclusive.
-        overrun: How far its own "before" probe missed, in seconds, when it did.
         count: The delivery count it had when made (leases), for count checks.
+        role: Which edge probes it answers for (set by the engine): ``both``, or, when
+            aged by the hook, only ``before`` or only ``after``.
+        age: The idle seconds the ``age_lease`` hook gave it, if it was aged.
+        crossed: Whether a probe saw it change.
+        probed_before: Whether a probe just before its edge proved it unchanged.
+        probed_after: Whether a probe saw it change no later than just after its edge.
+        miss: How far, in seconds, its probes landed outside their windows.
+        index: The position of its spec in the attempt (set by the engine).
     """
 
     key: str
@@ -151,11 +161,14 @@ class Subject:
     mark: Mark
     delivery: Delivery | None = None
     queue: Queue | None = None
-    ages: list[float] = field(default_factory=list)
+    count: int = 0
+    role: Role = "both"
+    age: float | None = None
     crossed: bool = False
     probed_before: bool = False
-    overrun: float = 0.0
-    count: int = 0
+    probed_after: bool = False
+    miss: float = 0.0
+    index: int = -1
 
     @property
     def edge(self) -> float:
@@ -233,6 +246,23 @@ class Edges:
         """Whether an elapsed time of at least `low` is above ``edge + p``."""
         return low > edge + self.precision
 
+    def before_miss(self, edge: float, low: float, high: float) -> float | None:
+        """None when ``[low, high]`` lies in ``[edge - p - 2d, edge - p)``, else by how much not.
+
+        Below the allowance, so an unchanged subject proves nothing wrong happened
+        early; close to it, so a subject that changed more than ``p + 2d`` early
+        cannot slip through.
+        """
+        floor = edge - self.precision - 2 * self.inside(edge)
+        if self.certainly_before(edge, high) and low >= floor:
+            return None
+        return max(high - (edge - self.precision), floor - low, 0.0)
+
+    def after_miss(self, edge: float, high: float) -> float | None:
+        """None when a change seen by elapsed time `high` came no later than ``edge + p + 2d``."""
+        ceiling = edge + self.precision + 2 * self.inside(edge)
+        return None if high <= ceiling else high - ceiling
+
     async def head_start(self) -> None:
         """On a fake clock, move it `CLOCK_HEAD_START` seconds (once per scenario)."""
         if self.exact and not self._head_started:
@@ -279,10 +309,10 @@ class Edges:
     def too_slow(self, what: str, overrun: float) -> str:
         """The failure message for probes that real time kept making inconclusive."""
         return (
-            f"could not probe {what} just before its edge in {ATTEMPTS} fresh tries: the "
-            f"probes landed up to {overrun * 1000:.0f} ms past the {self.slack * 1000:.0f} ms "
-            f"slack they aim with, so this machine is too slow or too loaded for these "
-            f"timings; raise {TIME_SCALE_ENV} (now {time_scale():g})"
+            f"this machine is too slow or too loaded for these timings: raise "
+            f"{TIME_SCALE_ENV} (now {time_scale():g}). In {ATTEMPTS} fresh tries, probes of "
+            f"{what} just before the edge landed up to {overrun * 1000:.0f} ms past the "
+            f"{self.slack * 1000:.0f} ms slack they aim with"
         )
 
 
@@ -348,16 +378,21 @@ async def check_edges(
         trial = await open_trial()
         run = _Run(s, edges, trial, mode)
         subjects = await run.run(remaining)
-        missed = [x for x in subjects if x.spec.before and not x.probed_before]
+        missed = [
+            i
+            for i, spec in enumerate(remaining)
+            if (spec.before and not any(x.probed_before for x in subjects if x.index == i))
+            or not any(x.probed_after for x in subjects if x.index == i)
+        ]
         if not missed:
             return
         if mode == "clock":
             raise AssertionError(
-                f"internal: {missed[0].spec.label} was not probed just before its edge on a "
+                f"internal: {remaining[missed[0]].label} was not probed right at its edge on a "
                 "fake clock; a spec that lets time pass must come first"
             )
-        worst = max(worst, *(x.overrun for x in missed))
-        remaining = [x.spec for x in missed]
+        worst = max(worst, *(x.miss for x in subjects if x.index in missed))
+        remaining = [remaining[i] for i in missed]
     raise AssertionError(edges.too_slow(", ".join(spec.label for spec in remaining), worst))
 
 
@@ -378,31 +413,39 @@ class _Run:
             await self._run_timed(specs)
         return self.subjects
 
+    async def _make(self, index: int, spec: Spec, role: Role) -> Subject:
+        subject = await self.trial.make(spec)
+        subject.index, subject.role = index, role
+        self.subjects.append(subject)
+        return subject
+
     async def _run_aged(self, specs: Sequence[Spec]) -> None:
-        # Each subject is aged to just before its edge right after it was made and
-        # probed at once, while the upper bound of its idle time is still tight.
+        # The hook may set the idle time or add to it, so a subject aged twice has a
+        # loose upper bound: each spec gets one subject per side, each aged once.
         edges = self.edges
-        for spec in specs:
-            subject = await self.trial.make(spec)
-            self.subjects.append(subject)
-            at = edges.before(subject.edge)
+        for index, spec in enumerate(specs):
+            at = edges.before(spec.edge)
             if spec.before and at is not None:
+                # Aged and probed right after it was made, while its bounds are tight.
+                subject = await self._make(index, spec, "before")
                 await self._age(subject, at)
                 await self._probe(own=subject)
-        # Then every subject of one edge at a time is aged past it, shortest edge first:
-        # each probe sees the shorter leases lapsed and the longer ones still live.
-        for edge in sorted({x.edge for x in self.subjects}):
-            group = [x for x in self.subjects if x.edge == edge and not x.crossed]
-            if not group:
-                continue
+        # Shortest edge first: each probe sees the shorter ones lapse while the "before"
+        # subjects of longer edges are still live.
+        for edge in sorted({spec.edge for spec in specs}):
+            group = [
+                await self._make(index, spec, "after")
+                for index, spec in enumerate(specs)
+                if spec.edge == edge
+            ]
             for subject in group:
                 await self._age(subject, edges.after(edge))
             await self._probe(own=None)
 
     async def _run_timed(self, specs: Sequence[Spec]) -> None:
         edges = self.edges
-        for spec in specs:
-            self.subjects.append(await self.trial.make(spec))
+        for index, spec in enumerate(specs):
+            await self._make(index, spec, "both")
         # (instant, 0 = before / 1 = after, subject): "before" probes aim the upper bound
         # of the elapsed time, "after" probes its lower bound.
         steps: list[tuple[float, int, Subject]] = []
@@ -424,13 +467,13 @@ class _Run:
         assert subject.delivery is not None, "internal: an ageable subject needs its delivery"
         assert subject.queue is not None, "internal: an ageable subject needs its queue"
         await harness.age_lease(subject.queue, subject.delivery, seconds)
-        subject.ages.append(seconds)
+        subject.age = seconds
 
     def _bounds(self, subject: Subject, start: float, end: float) -> tuple[float, float]:
-        if subject.ages:
-            # The hook may set the idle time or add to it: at least the last age given,
-            # at most every age given plus all the time since the mark.
-            return subject.ages[-1], math.fsum(subject.ages) + end - subject.mark.start
+        if subject.age is not None:
+            # Set or added by the hook, once: at least the age, at most the age plus all
+            # the time since the mark.
+            return subject.age, subject.age + end - subject.mark.start
         return start - subject.mark.end, end - subject.mark.start
 
     async def _probe(self, *, own: Subject | None) -> None:
@@ -458,12 +501,19 @@ class _Run:
                     f"precision {p:g}s"
                 )
             if subject is own:
-                if edges.certainly_before(subject.edge, high):
+                miss = edges.before_miss(subject.edge, low, high)
+                if miss is None:
                     subject.probed_before = True
                 else:
-                    subject.overrun = max(subject.overrun, high - (subject.edge - p))
+                    subject.miss = max(subject.miss, miss)
             if hit:
                 subject.crossed = True
+                if subject.role != "before":
+                    late = edges.after_miss(subject.edge, high)
+                    if late is None:
+                        subject.probed_after = True
+                    else:
+                        subject.miss = max(subject.miss, late)
 
 
 def _span(low: float, high: float) -> str:
