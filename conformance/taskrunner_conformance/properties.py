@@ -319,6 +319,72 @@ PROPERTIES: tuple[Property, ...] = (
     ),
 )
 
+# Timing edges (cases/boundaries.py): each probed just inside and just outside the
+# boundary, p = lease_precision_seconds, with taskrunner_conformance.edges.
+PROPERTIES += (
+    Property(
+        "X10",
+        "lease_edge_receive",
+        "a lease granted by receive is live below lease - p, reclaimable above lease + p",
+        "requires_heartbeat",
+    ),
+    Property(
+        "X11",
+        "lease_edge_heartbeat",
+        "a heartbeat restarts the lease with the length it was granted, from the heartbeat",
+        "requires_heartbeat",
+    ),
+    Property(
+        "X12",
+        "lease_edge_reclaim",
+        "a lease granted by reclaim lasts the reclaimer's lease_seconds",
+        "requires_heartbeat",
+    ),
+    Property(
+        "X13",
+        "lease_lengths_vary",
+        "leases of several lengths on one queue each lapse at their own length",
+        "requires_heartbeat",
+    ),
+    Property(
+        "X14",
+        "closed_handle_leases",
+        "leases taken through a closed handle stay live to their length, then lapse",
+        "requires_heartbeat",
+    ),
+    Property(
+        "X15",
+        "release_delay_edges",
+        "a released message is not delivered before delay - p, received after delay + p",
+        "core",
+    ),
+    Property(
+        "X16",
+        "receive_wait_edges",
+        "receive returns [] by wait + p; a blocking one not before wait - p",
+        "core (the lower edge: capabilities.blocking_receive)",
+    ),
+    Property(
+        "X17",
+        "blocking_wakes_on_delay",
+        "a waiting receive wakes when a released message's delay ends",
+        "capabilities.blocking_receive",
+    ),
+    Property(
+        "X18",
+        "registry_ttl_edges",
+        "a worker entry is listed below ttl - p and gone above ttl + p",
+        "queue.worker_registry",
+    ),
+    Property(
+        "X19",
+        "cleanup_idle_edges",
+        "remove_idle_consumers keeps consumers idle below the threshold - p, removes "
+        "them above it + p, never one holding a message",
+        "queue.consumer_cleanup",
+    ),
+)
+
 # Fencing, arguments, closed handles and reclaim progress, checked by fixed tests.
 PROPERTIES += (
     Property(

@@ -6,6 +6,7 @@ from .cases.acks import AckCases
 from .cases.admin import AdminCases
 from .cases.arguments import ArgumentCases
 from .cases.batches import BatchCases
+from .cases.boundaries import BoundaryCases
 from .cases.closed_handles import ClosedHandleCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
@@ -43,6 +44,7 @@ class QueueConformance(
     BatchCases,
     AdminCases,
     StatsCases,
+    BoundaryCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 from taskrunner_backends.redis import RedisStreamsQueue
+from taskrunner_backends.redis.queue import DELAYED_RECHECK_SECONDS
 from taskrunner_backends.redis.testing import age_lease
 
 from .helpers import eventually, receive_one
@@ -65,6 +67,30 @@ async def test_blocking_receive_wakes_when_a_delayed_message_is_due(
 
     assert [d.delivery_count for d in deliveries] == [2]
     assert 0.3 <= time.monotonic() - start < 15
+
+
+async def test_blocking_receive_wakes_for_a_message_released_with_a_delay_while_it_waits(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    # Regression (conformance X17): the parked message is invisible to the XREADGROUP
+    # the receive blocks in, which used to block for the whole wait (here 20 s).
+    await redis_queue.add([b"x"])
+    first = await receive_one(redis_queue, "a")
+    waiting = asyncio.create_task(
+        redis_queue.receive("b", max_messages=1, wait_seconds=20, lease_seconds=300)
+    )
+    await eventually(
+        lambda: asyncio.sleep(0, bool(redis_queue._blocking)), bool, what="read blocks"
+    )
+    start = time.monotonic()  # before the server computes the due time
+    await redis_queue.release([first], delay_seconds=0.3)
+
+    deliveries = await asyncio.wait_for(waiting, 15)
+
+    assert [d.delivery_count for d in deliveries] == [2]
+    # Due after 0.3 s, noticed by the next script run at most DELAYED_RECHECK_SECONDS
+    # later; the rest is slack for a loaded machine.
+    assert 0.3 <= time.monotonic() - start < 0.3 + DELAYED_RECHECK_SECONDS + 2
 
 
 async def test_released_message_keeps_counting_across_release_and_reclaim(

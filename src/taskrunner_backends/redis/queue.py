@@ -31,7 +31,9 @@ with no delay straight onto the stream, with a delay into a parked stream plus a
 sorted set keyed by the due time (server clock). `receive` promotes due messages
 in the same script that reads new entries and never blocks past the next due time,
 so a released message is redelivered no earlier than its delay and is never lost
-(it is in exactly one place at any instant). The re-added entry carries the
+(it is in exactly one place at any instant). A message released by another client while
+a receive blocks is invisible to that XREADGROUP, so one blocking read lasts at most
+`DELAYED_RECHECK_SECONDS` before the script runs again. The re-added entry carries the
 original message id (field ``i``) and its delivery count so far (field ``n``): the
 `Delivery` keeps the message id `Queue.add` returned, and its delivery count goes on
 from where it was (+1). The price: a released message goes to the back of the queue,
@@ -116,6 +118,7 @@ from .url import split_url
 __all__ = [
     "BLOCK_READ_MARGIN_SECONDS",
     "DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS",
+    "DELAYED_RECHECK_SECONDS",
     "DEFAULT_SOCKET_TIMEOUT_SECONDS",
     "FENCED_BATCH",
     "PROMOTE_BATCH",
@@ -142,6 +145,13 @@ FENCED_BATCH = 500
 # How long after a BLOCK expires we still wait for the reply (seconds) before
 # declaring the server unavailable.
 BLOCK_READ_MARGIN_SECONDS = 5.0
+
+# Longest one blocking read of a `receive` lasts (seconds) before the receive script runs
+# again. A message another client releases with a delay while a receive blocks waits in
+# the parked stream, where XREADGROUP cannot see it; only the script promotes it. So such
+# a message is delivered at most this long after its delay ends, at the cost of one
+# script call and one read per this many seconds of an idle receive.
+DELAYED_RECHECK_SECONDS = 1.0
 
 # Socket timeouts (seconds) for clients built by `open_from_url` when the URL sets none;
 # redis-py's default is to wait forever for a reply.
@@ -677,10 +687,11 @@ class RedisStreamsQueue:
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 return []
-            block = remaining
+            # Never block past the next due time known now (+1 ms: BLOCK rounds down), nor
+            # long enough to miss one released by another client during the block.
+            block = min(remaining, DELAYED_RECHECK_SECONDS)
             if next_due_ms >= 0:
-                # Wake up when the next released message is due (+1 ms: BLOCK rounds down).
-                block = min(remaining, (next_due_ms + 1) / 1000)
+                block = min(block, (next_due_ms + 1) / 1000)
             entries = await self._blocking_read(holder, max_messages, block)
             # Entries read after aclose stay leased until reclaimed; the caller is gone.
             self._check_open()
