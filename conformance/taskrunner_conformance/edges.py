@@ -329,6 +329,7 @@ async def conclusively(
     for _ in range(ATTEMPTS):
         missed = await attempt()
         if missed is None:
+            edges.s.boundary(2)  # one probe from before the edge, one from after
             return
         worst = max(worst, missed)
     raise AssertionError(edges.too_slow(what, worst))
@@ -372,6 +373,7 @@ async def check_edges(
                 "give the harness a longer lease_seconds"
             )
     await edges.head_start()
+    cases = sum(2 if spec.before else 1 for spec in specs)
     remaining = list(specs)
     worst = 0.0
     for _ in range(ATTEMPTS):
@@ -385,6 +387,7 @@ async def check_edges(
             or not any(x.probed_after for x in subjects if x.index == i)
         ]
         if not missed:
+            s.boundary(cases)
             return
         if mode == "clock":
             raise AssertionError(

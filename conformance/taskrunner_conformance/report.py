@@ -218,7 +218,8 @@ class ConformanceReport:
             if prop.adapted and result.outcome != "failed":
                 detail = f"{detail} [adapted: {prop.adapted}]"
             if result.boundaries:
-                detail = f"{detail} ({result.boundaries} boundary cases)"
+                plural = "s" if result.boundaries > 1 else ""
+                detail = f"{detail} ({result.boundaries} boundary case{plural})"
             lines.append(f"{prop.id:<4} {result.outcome:<8} {prop.name:<{width}}  {detail}")
             if result.outcome == "failed":
                 lines.extend(
@@ -232,11 +233,17 @@ class ConformanceReport:
             "",
             f"{counts['passed']} passed, {counts['failed']} failed, "
             f"{counts['skipped']} skipped (not applicable), {counts['not run']} not run; "
-            f"{sum(r.boundaries for r in self.properties)} boundary cases checked",
+            f"{self.boundaries} boundary cases checked",
             _mutation_text(mutation_score()),
             _verdict(self),
         ]
         return "\n".join(lines)
+
+    @property
+    def boundaries(self) -> int:
+        """Boundary cases checked by the passing tests, each test counted once."""
+        tests = {id(t): t for r in self.properties for t in r.tests if t.outcome == "passed"}
+        return sum(t.boundaries for t in tests.values())
 
     @property
     def claims(self) -> list[ClaimResult]:
@@ -290,7 +297,7 @@ class ConformanceReport:
             else {f: getattr(caps, f) for f in caps.__struct_fields__},
             "requires_heartbeat": self.backend.requires_heartbeat,
             "claims": {c.claim: {"status": c.status, "detail": c.verdict} for c in self.claims},
-            "boundary_cases": sum(r.boundaries for r in self.properties),
+            "boundary_cases": self.boundaries,
             "mutation_score": mutation_score(),
             "hooks": list(self.backend.hooks),
             "parts": list(self.backend.parts),

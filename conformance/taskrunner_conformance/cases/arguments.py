@@ -62,6 +62,7 @@ async def _rejected(
         raise AssertionError(f"{name} returned {result!r} instead of raising {expected}")
     after = await queue_state(s.queue)
     assert after == before, f"the rejected {name} changed the queue: {before} -> {after}"
+    s.boundary()  # one invalid value, refused before anything changed
 
 
 def _value_or_type(

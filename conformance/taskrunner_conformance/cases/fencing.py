@@ -301,6 +301,7 @@ async def check_stale(s: Scenario, op: Op, kind: StaleKind) -> None:
     else:
         await _check_holder_untouched(s, epochs, other, where)
     assert await s.queue.len() == 0, f"after {where}, the message was left on the queue"
+    s.boundary()  # one cell of the matrix: this operation, this kind of stale receipt
 
 
 async def _check_holder_untouched(s: Scenario, epochs: Epochs, other: Queue, where: str) -> None:

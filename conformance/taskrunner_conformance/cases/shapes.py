@@ -156,6 +156,7 @@ class ShapeCases(ConformanceBase):
         assert await s.queue.dead_letter(latest, reason="shapes") == []
         assert await s.queue.len() == 0, "dead-lettered messages are still counted by len"
         assert (await s.queue.stats()).dead == total
+        s.boundary(len(shapes))  # each shape exact through every delivery path
         reader = dead_letter_reader(s, await s.open())
         if reader is None:
             return  # The dead letters cannot be read back (see dead_letters.NO_READER).
@@ -211,3 +212,4 @@ class ShapeCases(ConformanceBase):
                 f"the {label} reason was not kept whole: "
                 f"{describe_difference(reason, REASONS[label])}"
             )
+        s.boundary(len(labels))
