@@ -42,7 +42,7 @@ __all__ = [
 
 Outcome = Literal["passed", "failed", "skipped"]
 
-SUITE_VERSION = "1.0"
+SUITE_VERSION = "1.1"
 
 
 @dataclass(slots=True)
