@@ -15,6 +15,11 @@ Both are read when a test starts, so a CI job sets them once for the whole run:
     Whether hypothesis shrinks a failing model-based example to a minimal one. Turn
     it off when you only need to know *that* a backend fails (shrinking a broken
     backend's failure can take a minute).
+``TASKRUNNER_CONFORMANCE_SEED`` (integer, default unset)
+    The seed of the model-based test (P40), the one randomised test of the suite: set
+    it to replay a failing run (hypothesis prints the seed it used when P40 fails), or
+    to pin P40's operations in CI. Every other test is fixed and needs no seed; the
+    concurrency workloads use fixed seeds of their own.
 ``TASKRUNNER_CONFORMANCE_HARNESS`` (``package.module:factory``)
     The harness or queue factory the command-line path tests; see
     `taskrunner_conformance.runner`.
@@ -28,10 +33,12 @@ import os
 __all__ = [
     "EFFORT_ENV",
     "HARNESS_ENV",
+    "SEED_ENV",
     "SHRINK_ENV",
     "TIME_SCALE_ENV",
     "effort",
     "scaled_count",
+    "seed",
     "shrink",
     "time_scale",
 ]
@@ -40,6 +47,7 @@ TIME_SCALE_ENV = "TASKRUNNER_CONFORMANCE_TIME_SCALE"
 EFFORT_ENV = "TASKRUNNER_CONFORMANCE_EFFORT"
 SHRINK_ENV = "TASKRUNNER_CONFORMANCE_SHRINK"
 HARNESS_ENV = "TASKRUNNER_CONFORMANCE_HARNESS"
+SEED_ENV = "TASKRUNNER_CONFORMANCE_SEED"
 
 
 def _positive_float(name: str) -> float:
@@ -73,3 +81,14 @@ def scaled_count(base: int, *, minimum: int = 1) -> int:
 def shrink() -> bool:
     """Whether failing hypothesis examples are shrunk (``TASKRUNNER_CONFORMANCE_SHRINK``)."""
     return os.environ.get(SHRINK_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def seed() -> int | None:
+    """The model-based test's seed (``TASKRUNNER_CONFORMANCE_SEED``), None when unset."""
+    text = os.environ.get(SEED_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{SEED_ENV} must be an integer, got {text!r}") from None

@@ -18,7 +18,9 @@ instead of acting on somebody else's lease.
 Boundaries. With ``p`` the backend's `Capabilities.lease_precision_seconds`, a lease is
 live at every idle time below ``lease_seconds - p`` and lapsed (reclaimable) at every
 idle time above ``lease_seconds + p``; a message released with ``delay_seconds`` is not
-delivered before ``delay_seconds - p`` and is ready after ``delay_seconds + p``.
+delivered before ``delay_seconds - p`` and is ready after ``delay_seconds + p``;
+`Queue.receive` returns by ``wait_seconds + p`` (a blocking one not before
+``wait_seconds - p``); worker entries and idle thresholds keep the same tolerance.
 
 Optional parts. A backend offers more through typed accessors that return None when it
 does not: `Queue.admin` (`QueueAdmin`: dead letters, purge, delete),
@@ -101,10 +103,11 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
             several processes) see the same messages.
         max_batch: Largest ``max_messages`` honoured per call; larger requests are
             clamped. None means no limit.
-        lease_precision_seconds: How far lease expiry and release delays may deviate
-            from their nominal duration, either way (server clock granularity,
-            replication lag). The conformance suite probes leases and delays this
-            far on each side of the boundary.
+        lease_precision_seconds: How far every duration the backend measures may
+            deviate from its nominal value, either way (server clock granularity,
+            replication lag): lease expiry, release delays, receive waits, worker
+            entry TTLs and consumer idle thresholds. The conformance suite probes each
+            of them just beyond this far on each side of its edge.
     """
 
     blocking_receive: bool = False

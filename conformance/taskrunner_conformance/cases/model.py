@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hypothesis
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
 from ..scenario import ConformanceBase
+from ..settings import seed
 from ..stateful import QueueMachine, machine_settings, machine_time_mode
 
 __all__ = ["ModelCases"]
@@ -29,6 +31,8 @@ class ModelCases(ConformanceBase):
             def __init__(self) -> None:
                 super().__init__(make_harness)
 
-        run_state_machine_as_test(BoundMachine, settings=machine_settings())
+        chosen = seed()
+        machine = BoundMachine if chosen is None else hypothesis.seed(chosen)(BoundMachine)
+        run_state_machine_as_test(machine, settings=machine_settings())
 
     test_random_operations_agree_with_the_reference_model.conformance_properties = ("P40",)  # type: ignore[attr-defined]

@@ -943,7 +943,11 @@ class RedisStreamsQueue:
 
         One DEL of keys in one slot: atomic. Workers still running recreate an empty
         group at their next receive. Stream ids are time-based, so a receipt issued
-        before the delete never matches a message added after it.
+        before the delete does not match a message added after it, with one exception:
+        the new stream starts its ids afresh, so a message added in the same
+        millisecond of the server's clock as the last one deleted can get that
+        message's id back (and an old receipt of the same consumer, first delivery,
+        would fit it). Do not delete a queue that workers are still using.
         """
         await self._ready()
         await self._raw.call("delete queue", "DEL", *self._keys.every_key)
