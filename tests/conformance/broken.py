@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from taskrunner.queue import Delivery, Queue
+from taskrunner.queue import Delivery
 from taskrunner_backends.memory import InMemoryQueue
 
 from .broken_data import BROKEN_DATA
 from .broken_fencing import BROKEN_FENCING
 from .broken_timing import BROKEN_TIMING
-from .harnesses import MemoryHarness
+from .harnesses import MemoryHarness, subclass_factory
 
-__all__ = ["BROKEN", "BrokenHarness"]
+__all__ = ["BROKEN"]
 
 
 class HeartbeatDoesNotExtend(InMemoryQueue):
@@ -198,41 +198,20 @@ class RepeatAckNotReported(InMemoryQueue):
         return [d for d in lost if d.message_id in self._store.messages]
 
 
-class BrokenHarness(MemoryHarness):
-    """`MemoryHarness` whose handles are of a broken subclass."""
-
-    def __init__(self, queue_class: type[InMemoryQueue]) -> None:
-        super().__init__()
-        self.queue_class = queue_class
-
-    async def open_queue(self, namespace: str) -> Queue:
-        base = await super().open_queue(namespace)
-        assert isinstance(base, InMemoryQueue)
-        return self.queue_class._on_store(base._store)
-
-
-def _factory(queue_class: type[InMemoryQueue]) -> Callable[[], BrokenHarness]:
-    def make() -> BrokenHarness:
-        return BrokenHarness(queue_class)
-
-    make.__name__ = make.__qualname__ = queue_class.__name__
-    return make
-
-
 # Factory name -> (harness factory, the property that names the defect).
 BROKEN: dict[str, tuple[Callable[[], MemoryHarness], str]] = {
-    "heartbeat_does_not_extend": (_factory(HeartbeatDoesNotExtend), "P15"),
-    "heartbeat_steals_back": (_factory(HeartbeatStealsBack), "P16"),
-    "ack_ignores_ownership": (_factory(AckIgnoresOwnership), "P12"),
-    "reclaim_takes_live_leases": (_factory(ReclaimTakesLiveLeases), "P13"),
-    "acked_messages_come_back": (_factory(AckedMessagesComeBack), "P9"),
-    "release_loses_message": (_factory(ReleaseLosesMessage), "P25"),
-    "heartbeat_bumps_count": (_factory(HeartbeatBumpsCount), "P22"),
-    "len_counts_dead_letters": (_factory(LenCountsDeadLetters), "P7"),
-    "reclaim_keeps_count": (_factory(ReclaimKeepsCount), "P14"),
-    "dead_letter_drops_body": (_factory(DeadLetterDropsBody), "P26"),
-    "reclaim_without_cursor": (_factory(ReclaimWithoutCursor), "P21"),
-    "repeat_ack_not_reported": (_factory(RepeatAckNotReported), "P10"),
+    "heartbeat_does_not_extend": (subclass_factory(HeartbeatDoesNotExtend), "P15"),
+    "heartbeat_steals_back": (subclass_factory(HeartbeatStealsBack), "P16"),
+    "ack_ignores_ownership": (subclass_factory(AckIgnoresOwnership), "P12"),
+    "reclaim_takes_live_leases": (subclass_factory(ReclaimTakesLiveLeases), "P13"),
+    "acked_messages_come_back": (subclass_factory(AckedMessagesComeBack), "P9"),
+    "release_loses_message": (subclass_factory(ReleaseLosesMessage), "P25"),
+    "heartbeat_bumps_count": (subclass_factory(HeartbeatBumpsCount), "P22"),
+    "len_counts_dead_letters": (subclass_factory(LenCountsDeadLetters), "P7"),
+    "reclaim_keeps_count": (subclass_factory(ReclaimKeepsCount), "P14"),
+    "dead_letter_drops_body": (subclass_factory(DeadLetterDropsBody), "P26"),
+    "reclaim_without_cursor": (subclass_factory(ReclaimWithoutCursor), "P21"),
+    "repeat_ack_not_reported": (subclass_factory(RepeatAckNotReported), "P10"),
 }
 BROKEN.update(BROKEN_FENCING)
 BROKEN.update(BROKEN_DATA)

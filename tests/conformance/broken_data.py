@@ -20,9 +20,14 @@ import msgspec
 from taskrunner.queue import Capabilities, DeadLetter, Delivery, Queue, QueueStats
 from taskrunner_backends.memory import InMemoryQueue, _Message
 
-from .harnesses import MAX_BATCH, BatchLimitedQueue, MemoryHarness
+from .harnesses import (
+    MAX_BATCH,
+    BatchLimitedQueue,
+    SubclassHarness,
+    subclass_factory,
+)
 
-__all__ = ["BROKEN_DATA", "DataHarness"]
+__all__ = ["BROKEN_DATA"]
 
 REASON_COLUMN = 1024
 BODY_LIMIT = 512 * 1024
@@ -260,21 +265,8 @@ class FifoPerHandle(InMemoryQueue):
         return super()._lease_ready(consumer, max_messages, lease_seconds, now)
 
 
-class DataHarness(MemoryHarness):
-    """`MemoryHarness` whose handles are of a broken subclass."""
-
-    def __init__(self, queue_class: type[InMemoryQueue]) -> None:
-        super().__init__()
-        self.queue_class = queue_class
-
-    async def open_queue(self, namespace: str) -> Queue:
-        base = await super().open_queue(namespace)
-        assert isinstance(base, InMemoryQueue)
-        return self.queue_class._on_store(base._store)
-
-
-class PartitionedHarness(DataHarness):
-    """`DataHarness` for `FifoPerHandle`: a new partition per handle opened."""
+class PartitionedHarness(SubclassHarness):
+    """`SubclassHarness` for `FifoPerHandle`: a new partition per handle opened."""
 
     def __init__(self) -> None:
         super().__init__(FifoPerHandle)
@@ -289,37 +281,32 @@ class PartitionedHarness(DataHarness):
         return handle
 
 
-def _factory(queue_class: type[InMemoryQueue]) -> Callable[[], DataHarness]:
-    def make() -> DataHarness:
-        return DataHarness(queue_class)
-
-    make.__name__ = make.__qualname__ = queue_class.__name__
-    return make
-
-
-def fifo_per_handle() -> DataHarness:
+def fifo_per_handle() -> SubclassHarness:
     """`FifoPerHandle` on its partitioning harness."""
     return PartitionedHarness()
 
 
 # Factory name -> (harness factory, the property that names the defect).
-BROKEN_DATA: dict[str, tuple[Callable[[], DataHarness], str]] = {
-    "truncates_dead_letter_reasons": (_factory(TruncatesReasons), "X31"),
-    "mangles_non_ascii_reasons": (_factory(MangledReasons), "X31"),
-    "truncates_large_bodies": (_factory(TruncatesLargeBodies), "X30"),
-    "reuses_ids_after_purge": (_factory(ReusesIdsAfterPurge), "X8"),
-    "retry_keeps_old_ids": (_factory(RetryKeepsOldIds), "X36"),
-    "purge_leaves_delayed": (_factory(PurgeLeavesDelayed), "X35"),
-    "stats_count_delayed_as_ready": (_factory(StatsCountDelayedAsReady), "X39"),
-    "stats_count_lapsed_as_ready": (_factory(StatsCountLapsedAsReady), "X39"),
-    "stats_without_ages": (_factory(StatsWithoutAges), "X39"),
-    "lists_newest_dead_letters_first": (_factory(ListsNewestFirst), "X37"),
-    "dead_at_is_monotonic": (_factory(DeadAtIsMonotonic), "X37"),
-    "delete_queue_keeps_dead_letters": (_factory(DeleteQueueKeepsDeadLetters), "X38"),
-    "exceeds_max_batch": (_factory(ExceedsMaxBatch), "X33"),
-    "receive_prefetches_beyond_max_batch": (_factory(ReceivePrefetchesBeyondMaxBatch), "X33"),
-    "reclaim_takes_beyond_max_batch": (_factory(ReclaimTakesBeyondMaxBatch), "X33"),
-    "over_leases_on_wake": (_factory(OverLeasesOnWake), "X34"),
+BROKEN_DATA: dict[str, tuple[Callable[[], SubclassHarness], str]] = {
+    "truncates_dead_letter_reasons": (subclass_factory(TruncatesReasons), "X31"),
+    "mangles_non_ascii_reasons": (subclass_factory(MangledReasons), "X31"),
+    "truncates_large_bodies": (subclass_factory(TruncatesLargeBodies), "X30"),
+    "reuses_ids_after_purge": (subclass_factory(ReusesIdsAfterPurge), "X8"),
+    "retry_keeps_old_ids": (subclass_factory(RetryKeepsOldIds), "X36"),
+    "purge_leaves_delayed": (subclass_factory(PurgeLeavesDelayed), "X35"),
+    "stats_count_delayed_as_ready": (subclass_factory(StatsCountDelayedAsReady), "X39"),
+    "stats_count_lapsed_as_ready": (subclass_factory(StatsCountLapsedAsReady), "X39"),
+    "stats_without_ages": (subclass_factory(StatsWithoutAges), "X39"),
+    "lists_newest_dead_letters_first": (subclass_factory(ListsNewestFirst), "X37"),
+    "dead_at_is_monotonic": (subclass_factory(DeadAtIsMonotonic), "X37"),
+    "delete_queue_keeps_dead_letters": (subclass_factory(DeleteQueueKeepsDeadLetters), "X38"),
+    "exceeds_max_batch": (subclass_factory(ExceedsMaxBatch), "X33"),
+    "receive_prefetches_beyond_max_batch": (
+        subclass_factory(ReceivePrefetchesBeyondMaxBatch),
+        "X33",
+    ),
+    "reclaim_takes_beyond_max_batch": (subclass_factory(ReclaimTakesBeyondMaxBatch), "X33"),
+    "over_leases_on_wake": (subclass_factory(OverLeasesOnWake), "X34"),
     "fifo_per_handle": (fifo_per_handle, "X32"),
 }
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from taskrunner.queue import Delivery, Queue
+from taskrunner.queue import Delivery
 from taskrunner_backends.memory import InMemoryQueue, _Message
 
-from .harnesses import MemoryHarness
+from .harnesses import MemoryHarness, subclass_factory
 
-__all__ = ["BROKEN_FENCING", "FencingBrokenHarness"]
+__all__ = ["BROKEN_FENCING"]
 
 
 def _released(queue: InMemoryQueue, delivery: Delivery) -> _Message | None:
@@ -368,53 +368,25 @@ async def _reclaim_from(
         store.in_flight.update(hidden)
 
 
-# -- harness ---------------------------------------------------------------------------
-
-
-class FencingBrokenHarness(MemoryHarness):
-    """`MemoryHarness` whose handles are of a broken subclass.
-
-    The same as tests/conformance/broken.py's `BrokenHarness`, repeated so that this
-    module does not import that one (which imports this one).
-    """
-
-    def __init__(self, queue_class: type[InMemoryQueue]) -> None:
-        super().__init__()
-        self.queue_class = queue_class
-
-    async def open_queue(self, namespace: str) -> Queue:
-        base = await super().open_queue(namespace)
-        assert isinstance(base, InMemoryQueue)
-        return self.queue_class._on_store(base._store)
-
-
-def _factory(queue_class: type[InMemoryQueue]) -> Callable[[], FencingBrokenHarness]:
-    def make() -> FencingBrokenHarness:
-        return FencingBrokenHarness(queue_class)
-
-    make.__name__ = make.__qualname__ = queue_class.__name__
-    return make
-
-
 # Factory name -> (harness factory, the property that names the defect).
 BROKEN_FENCING: dict[str, tuple[Callable[[], MemoryHarness], str]] = {
-    "release_honours_released_receipt": (_factory(ReleaseHonoursReleasedReceipt), "X22"),
-    "release_ignores_receipt": (_factory(ReleaseIgnoresReceipt), "X22"),
-    "release_fenced_by_name_only": (_factory(ReleaseFencedByNameOnly), "X22"),
-    "dead_letter_fenced_by_name_only": (_factory(DeadLetterFencedByNameOnly), "X23"),
-    "heartbeat_revives_released": (_factory(HeartbeatRevivesReleased), "X20"),
-    "ack_completes_released": (_factory(AckCompletesReleased), "X21"),
-    "stale_heartbeat_restarts_lease": (_factory(StaleHeartbeatRestartsLease), "X20"),
-    "release_batch_reports_all": (_factory(ReleaseBatchReportsAll), "X24"),
-    "release_batch_all_or_nothing": (_factory(ReleaseBatchAllOrNothing), "X24"),
-    "release_accepts_nan": (_factory(ReleaseAcceptsNan), "P30"),
-    "receive_accepts_negative_wait": (_factory(ReceiveAcceptsNegativeWait), "P30"),
-    "rejects_sub_second_leases": (_factory(RejectsSubSecondLeases), "X25"),
-    "ack_validates_lazily": (_factory(AckValidatesLazily), "P30"),
-    "closed_ack_of_empty_batch": (_factory(ClosedAckOfEmptyBatch), "X1"),
-    "reclaim_scans_only_the_front": (_factory(ReclaimScansOnlyTheFront), "X26"),
-    "reclaim_scans_only_the_back": (_factory(ReclaimScansOnlyTheBack), "X26"),
-    "reclaim_cursor_never_wraps": (_factory(ReclaimCursorNeverWraps), "X26"),
+    "release_honours_released_receipt": (subclass_factory(ReleaseHonoursReleasedReceipt), "X22"),
+    "release_ignores_receipt": (subclass_factory(ReleaseIgnoresReceipt), "X22"),
+    "release_fenced_by_name_only": (subclass_factory(ReleaseFencedByNameOnly), "X22"),
+    "dead_letter_fenced_by_name_only": (subclass_factory(DeadLetterFencedByNameOnly), "X23"),
+    "heartbeat_revives_released": (subclass_factory(HeartbeatRevivesReleased), "X20"),
+    "ack_completes_released": (subclass_factory(AckCompletesReleased), "X21"),
+    "stale_heartbeat_restarts_lease": (subclass_factory(StaleHeartbeatRestartsLease), "X20"),
+    "release_batch_reports_all": (subclass_factory(ReleaseBatchReportsAll), "X24"),
+    "release_batch_all_or_nothing": (subclass_factory(ReleaseBatchAllOrNothing), "X24"),
+    "release_accepts_nan": (subclass_factory(ReleaseAcceptsNan), "P30"),
+    "receive_accepts_negative_wait": (subclass_factory(ReceiveAcceptsNegativeWait), "P30"),
+    "rejects_sub_second_leases": (subclass_factory(RejectsSubSecondLeases), "X25"),
+    "ack_validates_lazily": (subclass_factory(AckValidatesLazily), "P30"),
+    "closed_ack_of_empty_batch": (subclass_factory(ClosedAckOfEmptyBatch), "X1"),
+    "reclaim_scans_only_the_front": (subclass_factory(ReclaimScansOnlyTheFront), "X26"),
+    "reclaim_scans_only_the_back": (subclass_factory(ReclaimScansOnlyTheBack), "X26"),
+    "reclaim_cursor_never_wraps": (subclass_factory(ReclaimCursorNeverWraps), "X26"),
 }
 
 release_honours_released_receipt = BROKEN_FENCING["release_honours_released_receipt"][0]

@@ -11,12 +11,12 @@ import math
 from collections.abc import Callable, Sequence
 
 from taskrunner.clock import wait_event
-from taskrunner.queue import Delivery, Queue, WorkerInfo
+from taskrunner.queue import Delivery, WorkerInfo
 from taskrunner_backends.memory import InMemoryQueue, _check_count, _check_seconds
 
-from .harnesses import MemoryHarness
+from .harnesses import MemoryHarness, subclass_factory
 
-__all__ = ["BROKEN_TIMING", "TimingHarness"]
+__all__ = ["BROKEN_TIMING"]
 
 # The one lease a backend that ignores lease_seconds grants: the harness's.
 FIXED_LEASE = MemoryHarness.lease_seconds
@@ -267,45 +267,30 @@ class ClosingKeepsLeasesForever(ClosingGivesLeasesBack):
         await InMemoryQueue.aclose(self)
 
 
-class TimingHarness(MemoryHarness):
-    """`MemoryHarness` whose handles are of a broken subclass."""
-
-    def __init__(self, queue_class: type[InMemoryQueue]) -> None:
-        super().__init__()
-        self.queue_class = queue_class
-
-    async def open_queue(self, namespace: str) -> Queue:
-        base = await super().open_queue(namespace)
-        assert isinstance(base, InMemoryQueue)
-        return self.queue_class._on_store(base._store)
-
-
-def _factory(queue_class: type[InMemoryQueue]) -> Callable[[], TimingHarness]:
-    def make() -> TimingHarness:
-        return TimingHarness(queue_class)
-
-    make.__name__ = make.__qualname__ = queue_class.__name__
-    return make
-
-
 # Factory name -> (harness factory, the property that names the defect).
 BROKEN_TIMING: dict[str, tuple[Callable[[], MemoryHarness], str]] = {
-    "reclaims_five_percent_early": (_factory(ReclaimsFivePercentEarly), "X10"),
-    "reclaims_five_percent_late": (_factory(ReclaimsFivePercentLate), "X10"),
-    "reclaim_takes_the_exact_instant": (_factory(ReclaimTakesTheExactInstant), "X10"),
-    "heartbeat_restarts_the_default_lease": (_factory(HeartbeatRestartsTheDefaultLease), "X11"),
-    "heartbeat_forgets_the_granted_lease": (_factory(HeartbeatForgetsTheGrantedLease), "X11"),
-    "reclaim_grants_the_old_lease": (_factory(ReclaimGrantsTheOldLease), "X12"),
-    "receive_ignores_lease_seconds": (_factory(ReceiveIgnoresLeaseSeconds), "X13"),
-    "reclaim_judges_by_its_own_lease": (_factory(ReclaimJudgesByItsOwnLease), "X13"),
-    "closing_gives_leases_back": (_factory(ClosingGivesLeasesBack), "X14"),
-    "closing_keeps_leases_forever": (_factory(ClosingKeepsLeasesForever), "X14"),
-    "delay_truncated_to_whole_seconds": (_factory(DelayTruncatedToWholeSeconds), "X15"),
-    "short_delays_ignored": (_factory(ShortDelaysIgnored), "X15"),
-    "blocking_receive_returns_early": (_factory(BlockingReceiveReturnsEarly), "X16"),
-    "receive_overstays_its_wait": (_factory(ReceiveOverstaysItsWait), "X16"),
-    "wait_ignores_due_times": (_factory(WaitIgnoresDueTimes), "X17"),
-    "registry_ttl_ten_percent_long": (_factory(RegistryTtlTenPercentLong), "X18"),
-    "cleanup_ten_percent_eager": (_factory(CleanupTenPercentEager), "X19"),
-    "cleanup_spares_the_exact_instant": (_factory(CleanupSparesTheExactInstant), "X19"),
+    "reclaims_five_percent_early": (subclass_factory(ReclaimsFivePercentEarly), "X10"),
+    "reclaims_five_percent_late": (subclass_factory(ReclaimsFivePercentLate), "X10"),
+    "reclaim_takes_the_exact_instant": (subclass_factory(ReclaimTakesTheExactInstant), "X10"),
+    "heartbeat_restarts_the_default_lease": (
+        subclass_factory(HeartbeatRestartsTheDefaultLease),
+        "X11",
+    ),
+    "heartbeat_forgets_the_granted_lease": (
+        subclass_factory(HeartbeatForgetsTheGrantedLease),
+        "X11",
+    ),
+    "reclaim_grants_the_old_lease": (subclass_factory(ReclaimGrantsTheOldLease), "X12"),
+    "receive_ignores_lease_seconds": (subclass_factory(ReceiveIgnoresLeaseSeconds), "X13"),
+    "reclaim_judges_by_its_own_lease": (subclass_factory(ReclaimJudgesByItsOwnLease), "X13"),
+    "closing_gives_leases_back": (subclass_factory(ClosingGivesLeasesBack), "X14"),
+    "closing_keeps_leases_forever": (subclass_factory(ClosingKeepsLeasesForever), "X14"),
+    "delay_truncated_to_whole_seconds": (subclass_factory(DelayTruncatedToWholeSeconds), "X15"),
+    "short_delays_ignored": (subclass_factory(ShortDelaysIgnored), "X15"),
+    "blocking_receive_returns_early": (subclass_factory(BlockingReceiveReturnsEarly), "X16"),
+    "receive_overstays_its_wait": (subclass_factory(ReceiveOverstaysItsWait), "X16"),
+    "wait_ignores_due_times": (subclass_factory(WaitIgnoresDueTimes), "X17"),
+    "registry_ttl_ten_percent_long": (subclass_factory(RegistryTtlTenPercentLong), "X18"),
+    "cleanup_ten_percent_eager": (subclass_factory(CleanupTenPercentEager), "X19"),
+    "cleanup_spares_the_exact_instant": (subclass_factory(CleanupSparesTheExactInstant), "X19"),
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+from collections.abc import Callable
 
 import msgspec
 import redis.asyncio as aioredis
@@ -33,11 +34,13 @@ __all__ = [
     "MemoryHarness",
     "RedisHarness",
     "RestartableRedisHarness",
+    "SubclassHarness",
     "memory_harness",
     "memory_max_batch_harness",
     "memory_without_heartbeat_harness",
     "redis_harness",
     "redis_restartable_harness",
+    "subclass_factory",
     "valkey_harness",
     "valkey_restartable_harness",
 ]
@@ -81,6 +84,29 @@ class MemoryHarness:
             + len(store.in_flight)
             + len(store.dead)
         )
+
+
+class SubclassHarness(MemoryHarness):
+    """`MemoryHarness` whose handles are of an `InMemoryQueue` subclass (a broken backend)."""
+
+    def __init__(self, queue_class: type[InMemoryQueue]) -> None:
+        super().__init__()
+        self.queue_class = queue_class
+
+    async def open_queue(self, namespace: str) -> Queue:
+        base = await super().open_queue(namespace)
+        assert isinstance(base, InMemoryQueue)
+        return self.queue_class._on_store(base._store)
+
+
+def subclass_factory(queue_class: type[InMemoryQueue]) -> Callable[[], SubclassHarness]:
+    """A harness factory named after `queue_class`, for the conformance command line."""
+
+    def make() -> SubclassHarness:
+        return SubclassHarness(queue_class)
+
+    make.__name__ = make.__qualname__ = queue_class.__name__
+    return make
 
 
 def memory_harness() -> MemoryHarness:
