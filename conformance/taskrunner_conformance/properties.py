@@ -430,6 +430,12 @@ PROPERTIES += (
         "is reclaimed within 2 * ceil(in_flight / max_messages) + 2 calls",
         "requires_heartbeat",
     ),
+    Property(
+        "X27",
+        "remove_consumers_exact",
+        "remove_consumers forgets exactly the named consumers holding no message, each once",
+        "queue.consumer_cleanup",
+    ),
 )
 
 # Data shapes, the admin protocol, stats, ordering, batch limits and concurrent wake-ups:

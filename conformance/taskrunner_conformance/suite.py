@@ -7,6 +7,7 @@ from .cases.admin import AdminCases
 from .cases.arguments import ArgumentCases
 from .cases.batches import BatchCases
 from .cases.boundaries import BoundaryCases
+from .cases.cleanup import CleanupCases
 from .cases.closed_handles import ClosedHandleCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
@@ -34,6 +35,7 @@ class QueueConformance(
     ConcurrencyCases,
     OutageCases,
     RegistryCases,
+    CleanupCases,
     ModelCases,
     FencingCases,
     ArgumentCases,

@@ -268,7 +268,7 @@ def load_annotations(path: Path) -> Annotations:
 
 _SQL_KEYWORD = re.compile(
     r"\b(SELECT|INSERT|UPDATE|DELETE|FROM|INTO|WHERE|AND|OR|VALUES|ORDER BY|GROUP BY|LIMIT|"
-    r"PRAGMA|BEGIN|COMMIT|ROLLBACK|CREATE|SET)\b",
+    r"PRAGMA|BEGIN|COMMIT|ROLLBACK|CREATE|SET|CASE|WHEN|THEN|ELSE|END)\b",
     re.IGNORECASE,
 )
 _SQL_VALUE = re.compile(r"'[^']*'")
@@ -309,9 +309,31 @@ def exception_message(before: Sequence[str], after: Sequence[str]) -> bool:
     )
 
 
+_CHECK_CALL = re.compile(r"^(?P<call>_check_(seconds|count))\((?P<label>\"[^\"]*\"|None), (?P<rest>.*)$")
+
+
+def check_label(before: Sequence[str], after: Sequence[str]) -> bool:
+    """Only the label of an argument check changed: the name its error message shows.
+
+    ``_check_seconds("wait_seconds", value)`` and ``_check_count(...)`` use their first
+    argument only to word the exception; the check itself is the same.
+    """
+    if len(before) != 1 or len(after) != 1:
+        return False
+    old, new = _CHECK_CALL.match(before[0]), _CHECK_CALL.match(after[0])
+    return (
+        old is not None
+        and new is not None
+        and old["call"] == new["call"]
+        and old["rest"] == new["rest"]
+        and old["label"] != new["label"]
+    )
+
+
 RULES: dict[str, Callable[[Sequence[str], Sequence[str]], bool]] = {
     "sql-letter-case": sql_letter_case,
     "exception-message": exception_message,
+    "check-label": check_label,
 }
 
 

@@ -18,6 +18,7 @@ from .report import (
     TargetRun,
     annotation_stub,
     classify,
+    check_label,
     exception_message,
     load_annotations,
     render,
@@ -219,6 +220,18 @@ def test_exception_message_matches_only_a_changed_message_of_the_same_exception(
     assert not exception_message((message,), ("raise TypeError(None)",))
     assert not exception_message((message,), ('raise ValueError(f"bad {x}") from None',))
     assert not exception_message(("x = f(1)",), ("x = f(2)",))
+
+
+def test_check_label_matches_only_the_label_of_the_same_check() -> None:
+    line = '_check_seconds("wait_seconds", wait_seconds)'
+    assert check_label((line,), ("_check_seconds(None, wait_seconds)",))
+    assert check_label((line,), ('_check_seconds("XXwait_secondsXX", wait_seconds)',))
+    assert not check_label((line,), ('_check_seconds("wait_seconds", lease_seconds)',))
+    assert not check_label((line,), ('_check_count("wait_seconds", wait_seconds)',))
+    assert not check_label(
+        ('_check_seconds("x", v, positive=True)',), ('_check_seconds("x", v, positive=False)',)
+    )
+    assert not check_label(("x = f(1)",), ("x = f(2)",))
 
 
 @pytest.mark.parametrize(

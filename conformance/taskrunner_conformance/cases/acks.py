@@ -120,6 +120,52 @@ class AckCases(ConformanceBase):
 
         assert await s.queue.ack([real]) == []
 
+    @conformance("P11")
+    async def test_id_written_with_other_unicode_digits_is_not_the_message(
+        self, s: Scenario
+    ) -> None:
+        """A copy of a current delivery whose id's digits are look-alikes is foreign.
+
+        Full-width and Arabic-Indic digits are the same number to ``int()``, so a
+        backend that parses ids with it could take ``"\uff11"`` for message ``"1"``.
+        No such id was ever issued: every operation reports the copy lost (or refuses
+        the call) and the real delivery is untouched.
+        """
+        await s.add([b"real"])
+        (real,) = await s.receive_n(s.queue, s.consumer("a"), 1)
+        forged_ids = {
+            real.message_id.translate({ord("0") + d: base + d for d in range(10)})
+            for base in (0xFF10, 0x0660)
+        } - {real.message_id}
+        for forged_id in sorted(forged_ids):
+            forged = Delivery(
+                message_id=forged_id,
+                body=real.body,
+                delivery_count=real.delivery_count,
+                receipt=real.receipt,
+            )
+            for name, operation in (
+                ("heartbeat", s.queue.heartbeat),
+                ("ack", s.queue.ack),
+                ("release", s.queue.release),
+            ):
+                try:
+                    reported = await operation([forged])
+                except (ValueError, TypeError):
+                    continue
+                assert reported == [forged], (
+                    f"{name} of a delivery with id {forged_id!r} (the real one is "
+                    f"{real.message_id!r}) returned {reported}: it acted on the message"
+                )
+            try:
+                dead = await s.queue.dead_letter([forged], reason="forged")
+            except (ValueError, TypeError):
+                dead = [forged]
+            assert dead == [forged], f"dead_letter of id {forged_id!r} acted on the message"
+            s.boundary()
+        assert await s.queue.heartbeat([real]) == [], "the real delivery lost its lease"
+        assert await s.queue.ack([real]) == []
+
     @conformance("P12")
     async def test_ack_with_a_stale_receipt_reports_the_delivery_lost_and_does_not_complete_the_message(  # noqa: E501 - reads as the contract sentence
         self, s: Scenario
