@@ -309,7 +309,9 @@ def exception_message(before: Sequence[str], after: Sequence[str]) -> bool:
     )
 
 
-_CHECK_CALL = re.compile(r"^(?P<call>_check_(seconds|count))\((?P<label>\"[^\"]*\"|None), (?P<rest>.*)$")
+_CHECK_CALL = re.compile(
+    r'^(?P<call>_check_(seconds|count))\((?P<label>"[^"]*"|None), (?P<rest>.*)$'
+)
 
 
 def check_label(before: Sequence[str], after: Sequence[str]) -> bool:
