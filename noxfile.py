@@ -52,7 +52,8 @@ def mutation(session: nox.Session) -> None:
     mutmut mutates the memory backend and the SQLite example and runs the suite on each
     mutant (tests/mutation/run.py; arguments after -- go there: --target, --jobs,
     --report-only, --no-run). Fails when a survivor is not explained in
-    tests/mutation/equivalent.toml. Not a default session: it takes minutes.
+    tests/mutation/equivalent.toml. Not a default session: about 15 minutes on 2 cores
+    (the memory backend 2 min, the SQLite example, on real time, 13 min).
     """
     install(session, "mutation", extras="[conformance]")
     session.run(
