@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -20,72 +19,9 @@ from taskrunner.heartbeat import RETRY_MAX_SECONDS
 from taskrunner.testing import FakeClock
 from taskrunner_backends.memory import InMemoryQueue
 
-from .support import LEASE, config, make, running
+from .support import LEASE, Flaky, Link, config, make, running
 
 LOOPS_THAT_TAKE_WORK = ("receive", "reclaim")
-
-
-@dataclass(frozen=True)
-class Attempt:
-    operation: str
-    started: float
-    ended: float
-    size: int
-    ok: bool
-
-
-@dataclass
-class Link:
-    """The connection to the backend: up or down, and every call made over it."""
-
-    clock: FakeClock
-    down: bool = False
-    attempts: list[Attempt] = field(default_factory=list)
-
-    def record(self, operation: str, started: float, size: int) -> None:
-        ok = not self.down
-        self.attempts.append(Attempt(operation, started, self.clock.monotonic(), size, ok))
-        if not ok:
-            raise BackendUnavailableError("connection refused")
-
-
-class Flaky(InMemoryQueue):
-    """A handle whose calls fail while its link is down (checked when each returns)."""
-
-    link: Link
-
-    async def receive(
-        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
-    ) -> list[Delivery]:
-        started = self.link.clock.monotonic()
-        if self.link.down:
-            self.link.record("receive", started, 0)
-        got = await super().receive(
-            consumer,
-            max_messages=max_messages,
-            wait_seconds=wait_seconds,
-            lease_seconds=lease_seconds,
-        )
-        # Down meanwhile: the blocking read fails (anything leased comes back after a lease).
-        self.link.record("receive", started, len(got))
-        return got
-
-    async def reclaim(
-        self, consumer: str, *, lease_seconds: float, max_messages: int
-    ) -> list[Delivery]:
-        started = self.link.clock.monotonic()
-        self.link.record("reclaim", started, 0)
-        return await super().reclaim(
-            consumer, lease_seconds=lease_seconds, max_messages=max_messages
-        )
-
-    async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
-        self.link.record("heartbeat", self.link.clock.monotonic(), len(deliveries))
-        return await super().heartbeat(deliveries)
-
-    async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
-        self.link.record("ack", self.link.clock.monotonic(), len(deliveries))
-        return await super().ack(deliveries)
 
 
 @pytest.mark.parametrize("outage", [1.0, 6.0], ids=["shorter_than_a_tick", "several_ticks"])

@@ -12,7 +12,7 @@ from taskrunner import Capabilities, Delivery, Producer, Runner, current_task
 from taskrunner.testing import FakeClock
 from taskrunner_backends.memory import InMemoryQueue
 
-from .support import config, eventually, make, run_burst, running
+from .support import LEASE, Flaky, Link, config, eventually, make, run_burst, running
 
 
 async def test_shutdown_during_long_tasks_loses_nothing() -> None:
@@ -272,3 +272,51 @@ async def test_a_second_stop_leaves_a_running_thread_its_lease_instead_of_releas
         assert queue.ready_bodies() == []
     finally:
         release.set()
+
+
+async def test_a_finished_task_whose_ack_outlasts_the_drain_is_acked_not_run_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The backend goes away as a task finishes during a graceful stop.
+
+    The drain timeout passes while its ack fails. The task's code is done, so there is
+    nothing to cancel: the ack waits for the backend, the lease is heartbeated
+    meanwhile, and once the backend is back the message is completed. (Cancelling the
+    waiting worker dropped the ack: the message was redelivered after the lease and
+    ran again, as the chaos soak found.)
+    """
+    clock = FakeClock()
+    app, queue = make(clock)
+    finish = asyncio.Event()
+    runs: list[int] = []
+
+    @app.task(max_retries=0)
+    async def job(n: int) -> None:
+        await finish.wait()
+        runs.append(n)
+
+    link = Link(clock)
+    flaky = Flaky._on_store(queue._store)
+    flaky.link = link
+    runner = Runner(flaky, app, config(drain_timeout_seconds=2.0), clock=clock)
+    await Producer(queue, app, clock=clock).dispatch(job, 7)
+    run = asyncio.create_task(runner.run())
+    await runner.wait_ready()
+    await clock.run_until(lambda: runner.pool.busy == 1, step=0.5, limit=5)
+
+    link.down = True
+    finish.set()
+    runner.stop()
+    await clock.advance(2.0 + 3.0)  # past the drain timeout, well inside the lease
+    assert not run.done(), "the runner stopped with an ack it never sent"
+    assert "waiting for 1 ack(s), release(s) or dead-letter(s)" in caplog.text
+    link.down = False
+    await clock.run_until(run.done, step=0.1, limit=LEASE)
+    await run
+
+    assert runs == [7]
+    assert await queue.len() == 0, "the finished message was not acked"
+    await clock.advance(2 * LEASE)
+    assert await queue.reclaim("other", lease_seconds=LEASE, max_messages=10) == []
+    # Its lease was kept alive all along: the keeper went on heartbeating it.
+    assert any(a.operation == "heartbeat" and a.size == 1 and not a.ok for a in link.attempts)

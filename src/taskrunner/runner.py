@@ -16,9 +16,11 @@ return is run like the rest), let running tasks finish for up to
 release their messages for immediate redelivery. Plain ``def`` tasks cannot be
 interrupted: shutdown waits for their threads, heartbeating their leases, unless
 `stop` is called again, which leaves them leased to lapse (never released while the
-thread still runs). `Runner.skip_drain` cancels the async tasks at once but still
-waits for the threads. Acks still queued are sent before `run` returns. Nothing is lost:
-every message is acked, released, or left leased to lapse and be reclaimed.
+thread still runs). A task whose code has returned is never cancelled either: its ack
+(or release, or dead-letter) is still on its way, waiting out a backend outage if it
+must, with its lease heartbeated. `Runner.skip_drain` cancels the running async tasks at
+once but still waits for the threads and for those calls. Nothing is lost: every
+message is acked, released, or left leased to lapse and be reclaimed.
 """
 
 from __future__ import annotations
@@ -184,8 +186,9 @@ class Runner:
 
         Running ``async def`` tasks are cancelled at once and their messages released;
         threads of plain ``def`` tasks cannot be interrupted, so `run` keeps waiting for
-        them, heartbeating their leases. A later `stop` leaves them (as a second `stop`
-        does). The command line's second signal calls this, its third `stop`.
+        them, heartbeating their leases, and for the acks of tasks that already
+        returned. A later `stop` leaves them (as a second `stop` does). The command
+        line's second signal calls this, its third `stop`.
         """
         self._drain_skipped = True
         self._stop_requested.set()
@@ -404,28 +407,44 @@ class Runner:
             )
             await wait_event(self._clock, self._idle, self.config.drain_timeout_seconds)
         threads = {task: lease for task, lease in self._running.items() if _thread_running(lease)}
-        in_threads = list(threads)
-        others = [task for task in self._running if task not in threads]
+        # A task whose code returned and whose ack, release or dead-letter is on its way
+        # (waiting out an outage, say) has nothing left to cut short; cancelling it
+        # would drop that call and run the message again after its lease.
+        settling = [
+            task
+            for task, lease in self._running.items()
+            if lease.settling and task not in threads and not self._force.is_set()
+        ]
+        others = [task for task in self._running if task not in threads and task not in settling]
         if others:
             _log.warning("cancelling %d async task(s) still running", len(others))
             for task in others:
                 task.cancel()
             await asyncio.wait(others)
-        if in_threads and not self._force.is_set():
-            # Threads cannot be interrupted; their leases stay heartbeated meanwhile.
-            _log.warning(
-                "waiting for %d plain-def task(s) still running in threads to return: %s; "
-                "their leases are kept; stop again to leave them (their messages are then "
-                "redelivered after the lease)",
-                len(in_threads),
-                ", ".join(_task_name(lease) for lease in threads.values()),
-            )
-            threads_done = asyncio.ensure_future(asyncio.wait(in_threads))
+        waits = [*threads, *settling]
+        if waits and not self._force.is_set():
+            # Neither can be interrupted; their leases stay heartbeated meanwhile.
+            if threads:
+                _log.warning(
+                    "waiting for %d plain-def task(s) still running in threads to return: "
+                    "%s; their leases are kept; stop again to leave them (their messages "
+                    "are then redelivered after the lease)",
+                    len(threads),
+                    ", ".join(_task_name(lease) for lease in threads.values()),
+                )
+            if settling:
+                _log.warning(
+                    "waiting for %d ack(s), release(s) or dead-letter(s) of finished tasks "
+                    "to reach the backend; their leases are kept; stop again to leave them "
+                    "(their messages are then redelivered after the lease)",
+                    len(settling),
+                )
+            finished = asyncio.ensure_future(asyncio.wait(waits))
             forced = asyncio.ensure_future(self._force.wait())
             try:
-                await asyncio.wait({threads_done, forced}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({finished, forced}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                threads_done.cancel()
+                finished.cancel()
                 forced.cancel()
         if self._running:
             self._left = [lease for lease in self._running.values() if _thread_running(lease)]
