@@ -17,6 +17,9 @@ from typing import Any, NoReturn
 
 from taskrunner.app import App
 from taskrunner.cli.app import load_app
+from taskrunner.errors import ConfigurationError
+from taskrunner.queue import Queue, QueueAdmin
+from taskrunner.redaction import mask_url
 from taskrunner.settings import KEYS, RENAMED, Settings, flag_name
 
 __all__ = [
@@ -279,6 +282,17 @@ def note_default_queue() -> None:
         f"taskrunner: note: no App given: working on queue {DEFAULT_QUEUE!r} ({CHOOSE_QUEUE})",
         file=sys.stderr,
     )
+
+
+def require_admin(queue: Queue, url: str, purpose: str) -> QueueAdmin:
+    """`queue.admin`, or a ConfigurationError saying the backend cannot do `purpose`."""
+    admin = queue.admin
+    if admin is None:
+        raise ConfigurationError(
+            f"the backend at {mask_url(url)} {purpose} (its queue offers no admin interface)",
+            setting="url",
+        )
+    return admin
 
 
 def is_memory(url: str) -> bool:

@@ -19,13 +19,13 @@ from taskrunner.cli.common import (
     UsageError,
     app_and_queue,
     app_argument,
+    require_admin,
     setting_option,
 )
 from taskrunner.cli.output import Output, seconds, short, when
 from taskrunner.codec import decode_envelope
-from taskrunner.errors import ConfigurationError, DecodeError
+from taskrunner.errors import DecodeError
 from taskrunner.queue import DeadLetter, QueueAdmin
-from taskrunner.redaction import mask_url
 from taskrunner.settings import Settings
 
 __all__ = ["SHOW_SCAN_LIMIT", "add_parser", "run_dead_letters"]
@@ -84,13 +84,7 @@ async def run_dead_letters(args: argparse.Namespace, settings: Settings, out: Ou
         if not args.all and not args.ids:
             raise UsageError(f"dead-letters {action}: give the IDs to {action}, or --all")
     async with open_queue(settings.url, queue_name) as queue:
-        admin = queue.admin
-        if admin is None:
-            raise ConfigurationError(
-                f"the backend at {mask_url(settings.url)} does not support dead-letter "
-                "administration (its queue offers no admin interface)",
-                setting="url",
-            )
+        admin = require_admin(queue, settings.url, "does not support dead-letter administration")
         if action == "list":
             return await _list_dead(admin, queue_name, args.limit, out)
         if action == "show":

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 
 from taskrunner.backends import open_queue
-from taskrunner.cli.common import EXIT_OK, Parser, UsageError
+from taskrunner.cli.common import EXIT_OK, Parser, UsageError, require_admin
 from taskrunner.cli.output import Output
-from taskrunner.errors import ConfigurationError
-from taskrunner.redaction import mask_url
 from taskrunner.settings import Settings
 
 __all__ = ["add_parser", "run_queue"]
@@ -34,13 +32,7 @@ async def run_queue(args: argparse.Namespace, settings: Settings, out: Output) -
     """Count what the queue holds, then delete it (with ``--yes``) or refuse."""
     name: str = args.name
     async with open_queue(settings.url, name) as queue:
-        admin = queue.admin
-        if admin is None:
-            raise ConfigurationError(
-                f"the backend at {mask_url(settings.url)} cannot delete queues (its queue "
-                "offers no admin interface)",
-                setting="url",
-            )
+        admin = require_admin(queue, settings.url, "cannot delete queues")
         stats = await queue.stats()
         counts = {
             "ready": stats.ready,
