@@ -191,9 +191,7 @@ class SqliteQueue:
 
     async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
         _check_deliveries(deliveries)
-        if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, not {type(reason).__name__}")
-        _check_text(reason)
+        _check_reason(reason)
         lost = []
         now = self._now()
         with self._transaction() as db:
@@ -374,8 +372,10 @@ class _Transaction:
             raise BackendUnavailableError(f"SQLite: {error}") from error
 
 
-def _check_text(reason: str) -> None:
-    """Refuse a reason UTF-8 cannot encode (a lone surrogate) before anything changes."""
+def _check_reason(reason: str) -> None:
+    """Refuse a reason that is no str, or one UTF-8 cannot encode (a lone surrogate)."""
+    if not isinstance(reason, str):
+        raise TypeError(f"reason must be a str, not {type(reason).__name__}")
     try:
         reason.encode("utf-8")
     except UnicodeEncodeError as exc:

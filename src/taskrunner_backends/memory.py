@@ -273,9 +273,7 @@ class InMemoryQueue:
         """Move owned deliveries to the dead-letter store; report the rest."""
         self._check_open()
         _check_deliveries(deliveries)
-        if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, not {type(reason).__name__}")
-        _check_text(reason)
+        _check_reason(reason)
         store = self._store
         lost = []
         for delivery in deliveries:
@@ -568,8 +566,10 @@ def _parse_bool(text: str) -> bool:
     )
 
 
-def _check_text(reason: str) -> None:
-    """Refuse a reason UTF-8 cannot encode (a lone surrogate) before anything changes."""
+def _check_reason(reason: str) -> None:
+    """Refuse a reason that is no str, or one UTF-8 cannot encode (a lone surrogate)."""
+    if not isinstance(reason, str):
+        raise TypeError(f"reason must be a str, not {type(reason).__name__}")
     try:
         reason.encode("utf-8")
     except UnicodeEncodeError as exc:

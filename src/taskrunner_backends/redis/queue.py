@@ -791,9 +791,7 @@ class RedisStreamsQueue:
         Returns:
             The deliveries whose lease was already lost; they are left untouched.
         """
-        if not isinstance(reason, str):
-            raise TypeError(f"reason must be a str, not {type(reason).__name__}")
-        _check_text(reason)
+        _check_reason(reason)
         return await self._fenced("dead", deliveries, reason)
 
     async def stats(self) -> QueueStats:
@@ -1319,8 +1317,10 @@ async def open_from_url(
     return queue
 
 
-def _check_text(reason: str) -> None:
-    """Refuse a reason UTF-8 cannot encode (a lone surrogate) before anything changes."""
+def _check_reason(reason: str) -> None:
+    """Refuse a reason that is no str, or one UTF-8 cannot encode (a lone surrogate)."""
+    if not isinstance(reason, str):
+        raise TypeError(f"reason must be a str, not {type(reason).__name__}")
     try:
         reason.encode("utf-8")
     except UnicodeEncodeError as exc:
