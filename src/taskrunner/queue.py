@@ -27,6 +27,12 @@ does not: `Queue.admin` (`QueueAdmin`: dead letters, purge, delete),
 `Queue.worker_registry` (`WorkerRegistry`), `Queue.consumer_cleanup`
 (`ConsumerCleanup`). The type checker sees the protocol each one returns, so no caller
 casts on the strength of a flag.
+
+Two newer parts are not members of `Queue`, so backends written before them still
+satisfy it: a backend offers them as properties named ``scheduling`` (`Scheduling`:
+delayed and unique adds, cancellation) and ``leadership`` (`Leadership`: leader leases
+with fencing tokens, fire-once records for periodic schedules), and callers read them
+with `scheduling_of` and `leadership_of`, which return None for a backend without them.
 """
 
 from __future__ import annotations
@@ -37,17 +43,25 @@ from typing import Literal, Protocol
 import msgspec
 
 __all__ = [
+    "AddRequest",
+    "Added",
     "Capabilities",
     "ConsumerCleanup",
     "ConsumerStats",
     "DeadLetter",
     "Delivery",
+    "FireRecord",
+    "LeaderLease",
+    "Leadership",
     "Queue",
     "QueueAdmin",
     "QueueStats",
     "Receipt",
+    "Scheduling",
     "WorkerInfo",
     "WorkerRegistry",
+    "leadership_of",
+    "scheduling_of",
 ]
 
 
@@ -108,6 +122,11 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
             replication lag): lease expiry, release delays, receive waits, worker
             entry TTLs and consumer idle thresholds. The conformance suite probes each
             of them just beyond this far on each side of its edge.
+        delayed_add: `Queue.scheduling` honours `AddRequest.delay_seconds` and
+            `AddRequest.due_at` (with the same precision as release delays).
+        unique_add: `Queue.scheduling` honours `AddRequest.unique_key`.
+        cancel: `Scheduling.cancel` removes queued and delayed messages.
+        leadership: `Queue.leadership` is implemented.
     """
 
     blocking_receive: bool = False
@@ -118,6 +137,10 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     shared_across_instances: bool = False
     max_batch: int | None = None
     lease_precision_seconds: float = 0.0
+    delayed_add: bool = False
+    unique_add: bool = False
+    cancel: bool = False
+    leadership: bool = False
 
 
 class ConsumerStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -479,3 +502,211 @@ class ConsumerCleanup(Protocol):
         unknown names are skipped.
         """
         ...
+
+
+class AddRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One message to add through `Scheduling.add_requests`, with its options.
+
+    Attributes:
+        body: The message bytes, as for `Queue.add`.
+        delay_seconds: Not delivered before this many seconds from now on the backend's
+            clock (0: ready at once). Needs ``Capabilities.delayed_add`` when > 0.
+        due_at: Not delivered before this wall-clock instant (Unix seconds) of the
+            backend's clock; when set it replaces `delay_seconds`, and an instant in
+            the past means ready at once. Needs ``Capabilities.delayed_add``.
+        unique_key: While a message added with this key is queued, delayed or in
+            flight, another request with the key adds nothing and returns that
+            message's id. Keys are scoped to the queue. Needs
+            ``Capabilities.unique_add``.
+        unique_seconds: The key is also freed this many seconds after the add, even if
+            its message is still there; None holds it until the message's final outcome.
+    """
+
+    body: bytes
+    delay_seconds: float = 0.0
+    due_at: float | None = None
+    unique_key: str | None = None
+    unique_seconds: float | None = None
+
+
+class Added(msgspec.Struct, frozen=True, kw_only=True):
+    """What `Scheduling.add_requests` did with one request.
+
+    Attributes:
+        message_id: The new message's id, or the id of the message holding the unique key.
+        added: False when nothing was added because the unique key was held.
+    """
+
+    message_id: str
+    added: bool = True
+
+
+class Scheduling(Protocol):
+    """Delayed adds, unique adds and cancellation.
+
+    Which of them a backend honours is said by `Capabilities` (``delayed_add``,
+    ``unique_add``, ``cancel``); a request using an option the backend does not claim
+    raises ValueError before anything is added. A backend that implements any of them
+    returns this from `Queue.scheduling`.
+
+    Guarantees, one per line; each has a conformance test that reads the same:
+
+    * A delayed message is not delivered before its due time, and is ready after it.
+    * A delayed message counts as delayed in `stats` and in `len` until it is due.
+    * A request with a held unique key adds nothing and returns the holder's message id.
+    * Concurrent requests with one unique key add exactly one message.
+    * A unique key is held until its message is acked or dead-lettered, not freed by a release.
+    * A unique key is freed after unique_seconds, never before.
+    * A cancelled message is never delivered, and its unique key is freed.
+    * Cancelling an in-flight, completed or unknown message returns False and changes nothing.
+    """
+
+    async def add_requests(self, requests: Sequence[AddRequest]) -> list[Added]:
+        """Add each request's body with its options; one `Added` per request, in order.
+
+        Each request is one atomic step: the unique-key check and the add cannot be
+        split by another request. Two requests with one unique key in one batch add
+        one message; the second returns the first's id with ``added=False``.
+
+        Raises:
+            TypeError: A request is not an `AddRequest`, or a body is not `bytes`.
+            ValueError: A duration is negative or not finite, a unique key is empty,
+                or a request uses an option the backend does not claim; nothing is added.
+            BackendUnavailableError: The backend could not be reached; some of the
+                requests may have been added.
+        """
+        ...
+
+    async def cancel(self, message_ids: Sequence[str]) -> list[bool]:
+        """Remove queued or delayed messages so they are never delivered.
+
+        A message that is in flight (leased) is not touched: its task is running, and
+        interrupting it is not the backend's business. A removed message's unique key
+        is freed at once.
+
+        Returns:
+            One flag per id, in order: True when this call removed the message, False
+            when it was in flight, already completed, dead-lettered, cancelled or unknown.
+        """
+        ...
+
+
+class LeaderLease(msgspec.Struct, frozen=True, kw_only=True):
+    """Who leads an election, as the backend records it.
+
+    Attributes:
+        name: The election's name.
+        holder: The holder of the lease.
+        token: Fencing token: grows every time the lease changes holder (or is taken
+            again after it lapsed), never repeats for one election.
+        remaining_seconds: Time left on the lease, on the backend's clock.
+    """
+
+    name: str
+    holder: str
+    token: int
+    remaining_seconds: float
+
+
+class FireRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The last instant a periodic schedule was fired for.
+
+    Attributes:
+        schedule: The schedule's name.
+        instant: The scheduled instant (Unix seconds) of its latest firing.
+        message_id: The message that firing added.
+    """
+
+    schedule: str
+    instant: float
+    message_id: str
+
+
+class Leadership(Protocol):
+    """Leader leases with fencing tokens, and fire-once records for periodic schedules.
+
+    A backend that implements it returns it from `Queue.leadership`. Times are
+    measured on the backend's clock, never on the callers'.
+
+    Guarantees, one per line; each has a conformance test that reads the same:
+
+    * At most one holder has a live lease of an election at any time.
+    * A lease lasts its ttl_seconds from its last acquire or renew, and then lapses.
+    * Each change of holder (or retake after a lapse) issues a larger fencing token.
+    * Renew and resign with a stale token change nothing.
+    * A schedule's instant is fired at most once, and only under the current token.
+    """
+
+    async def acquire_leadership(
+        self, name: str, holder: str, *, ttl_seconds: float
+    ) -> LeaderLease | None:
+        """Take the lease of election `name` for `holder` when it is free or lapsed.
+
+        When `holder` already holds a live lease it is renewed and keeps its token.
+
+        Returns:
+            The lease now held by `holder`, or None when another holder's lease is live.
+
+        Raises:
+            ValueError: `ttl_seconds` <= 0 or not finite, or `name`/`holder` empty.
+        """
+        ...
+
+    async def renew_leadership(
+        self, name: str, holder: str, token: int, *, ttl_seconds: float
+    ) -> LeaderLease | None:
+        """Extend the lease by `ttl_seconds` from now if `holder` holds it under `token`.
+
+        A lease that lapsed but was not taken by anyone else is still held, and renews.
+
+        Returns:
+            The renewed lease, or None when `holder` no longer holds it under `token`.
+        """
+        ...
+
+    async def resign_leadership(self, name: str, holder: str, token: int) -> bool:
+        """End the lease now if `holder` holds it under `token`; returns whether it did."""
+        ...
+
+    async def current_leader(self, name: str) -> LeaderLease | None:
+        """The live lease of election `name`, or None when nobody holds one."""
+        ...
+
+    async def fire(
+        self, *, election: str, token: int, schedule: str, instant: float, body: bytes
+    ) -> str | None:
+        """Add `body` for `schedule`'s `instant` and record it fired, in one atomic step.
+
+        Nothing is added unless `token` is the current token of `election` (its lease
+        may have lapsed as long as nobody took it since) and `instant` is later than the
+        schedule's last fired instant. So an instant is fired at most once, whoever
+        calls, and a deposed leader fires nothing.
+
+        Returns:
+            The new message's id, or None when nothing was added.
+
+        Raises:
+            TypeError: `body` is not bytes.
+            ValueError: `instant` is not finite, or `schedule`/`election` is empty.
+        """
+        ...
+
+    async def fire_records(self, schedules: Sequence[str]) -> dict[str, FireRecord]:
+        """The latest fire record of each named schedule that has one."""
+        ...
+
+
+def scheduling_of(queue: Queue) -> Scheduling | None:
+    """The backend's `Scheduling` part (its ``scheduling`` property), or None.
+
+    None when the backend has no such property (written before it existed) or its
+    property returns None.
+    """
+    part: Scheduling | None = getattr(queue, "scheduling", None)
+    return part
+
+
+def leadership_of(queue: Queue) -> Leadership | None:
+    """The backend's `Leadership` part (its ``leadership`` property), or None."""
+    part: Leadership | None = getattr(queue, "leadership", None)
+    return part
