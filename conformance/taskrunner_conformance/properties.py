@@ -1,10 +1,12 @@
 """The numbered properties the suite checks, and how contract sentences become test names.
 
 Property ids P1-P40 follow the conformance reference (``reference/conformance.md``
-section 5) so results can be compared with it; ids X1-X8 are guarantees of
-`taskrunner.queue.Queue` that the reference does not number. Where the contract
-lacks the mechanism a reference property assumes, the property is adapted and its
-``adapted`` note says how; the conformance report prints that note.
+section 5) so results can be compared with it; ids X1-X39 are guarantees of
+`taskrunner.queue.Queue` that the reference does not number, X40-X48 those of the
+optional `taskrunner.queue.Scheduling` part and X50-X55 those of
+`taskrunner.queue.Leadership`. Where the contract lacks the mechanism a reference
+property assumes, the property is adapted and its ``adapted`` note says how; the
+conformance report prints that note.
 
 Each test of the suite names the properties it checks; a property passes when all its
 tests pass, fails when any fails, and is skipped (not applicable) when all are skipped.
@@ -503,6 +505,120 @@ PROPERTIES += (
         "stats_classify",
         "stats tell ready, delayed, in-flight and dead apart; ages are None or plausible",
         "core",
+    ),
+)
+
+# The optional Scheduling part (cases/scheduling.py): delayed and unique adds, cancel.
+# Each gate names the capability flag and the part; a flag claimed without the part
+# fails, a flag not claimed skips with the reason.
+PROPERTIES += (
+    Property(
+        "X40",
+        "delayed_add_edges",
+        "a delayed add (delay_seconds or due_at) is not delivered before due - p and is "
+        "received after due + p, with count 1; due_at in the past and delay 0 are ready now",
+        "capabilities.delayed_add + queue.scheduling",
+    ),
+    Property(
+        "X41",
+        "delayed_add_counted",
+        "a delayed message counts as delayed in stats and in len until due, then as ready; "
+        "its id is unique among plain and delayed adds",
+        "capabilities.delayed_add + queue.scheduling",
+    ),
+    Property(
+        "X42",
+        "unique_key_held",
+        "a request with a held key adds nothing and returns the holder's id, while the holder "
+        "is queued, delayed, in flight, released (with or without delay) or reclaimed, and "
+        "within one batch",
+        "capabilities.unique_add + queue.scheduling",
+    ),
+    Property(
+        "X43",
+        "unique_key_concurrent",
+        "concurrent requests with one key, from several handles, add exactly one message",
+        "capabilities.unique_add + queue.scheduling",
+    ),
+    Property(
+        "X44",
+        "unique_key_freed_at_outcome",
+        "a key is freed by ack, dead_letter and purge of its message, never by release or "
+        "reclaim, and an old message's ack frees no key another message took",
+        "capabilities.unique_add + queue.scheduling",
+    ),
+    Property(
+        "X45",
+        "unique_seconds_edges",
+        "a key with unique_seconds is held below unique_seconds - p and free above it + p",
+        "capabilities.unique_add + queue.scheduling",
+    ),
+    Property(
+        "X46",
+        "cancel_removes",
+        "cancelling a ready, delayed or released-with-delay message returns True; it is never "
+        "delivered (after its due time, after reclaims) and its key is free; a cancel racing "
+        "receive cancels or delivers each message, exactly one",
+        "capabilities.cancel + queue.scheduling",
+    ),
+    Property(
+        "X47",
+        "cancel_refuses",
+        "cancelling an in-flight, acked, dead, unknown or cancelled message returns False and "
+        "changes nothing; the in-flight one is still acked",
+        "capabilities.cancel + queue.scheduling",
+    ),
+    Property(
+        "X48",
+        "scheduling_arguments",
+        "invalid requests and options the backend does not claim raise ValueError/TypeError "
+        "and add nothing",
+        "queue.scheduling",
+    ),
+)
+
+# The optional Leadership part (cases/leadership.py): leader leases and fire-once records.
+PROPERTIES += (
+    Property(
+        "X50",
+        "leader_exclusive",
+        "at most one holder has a live lease of an election, also when several acquire at once",
+        "capabilities.leadership + queue.leadership",
+    ),
+    Property(
+        "X51",
+        "leader_lease_edges",
+        "a leader lease is held below ttl - p and lapsed above ttl + p, counted from its last "
+        "acquire or renew (a lapsed one nobody took renews)",
+        "capabilities.leadership + queue.leadership",
+    ),
+    Property(
+        "X52",
+        "leader_tokens_grow",
+        "every change of holder and every retake after a lapse issues a larger token; a "
+        "renew or a live re-acquire keeps it",
+        "capabilities.leadership + queue.leadership",
+    ),
+    Property(
+        "X53",
+        "leader_stale_token",
+        "renew and resign with a stale token or another holder's name return None/False and "
+        "change nothing",
+        "capabilities.leadership + queue.leadership",
+    ),
+    Property(
+        "X54",
+        "fire_once",
+        "an instant is fired at most once (also by two handles at once), only under the latest "
+        "token (a lapsed one nobody took still fires), adding a normal ready message; "
+        "fire_records returns the latest",
+        "capabilities.leadership + queue.leadership",
+    ),
+    Property(
+        "X55",
+        "leadership_arguments",
+        "invalid leadership arguments raise ValueError/TypeError and change nothing",
+        "capabilities.leadership + queue.leadership",
     ),
 )
 

@@ -19,6 +19,7 @@ mutation score the suite reached on the reference backends at this suite version
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -42,7 +43,7 @@ __all__ = [
 
 Outcome = Literal["passed", "failed", "skipped"]
 
-SUITE_VERSION = "1.1"
+SUITE_VERSION = "1.2"
 
 
 @dataclass(slots=True)
@@ -260,11 +261,17 @@ class ConformanceReport:
             claimed.append((f"ordering={caps.ordering}", "capabilities.ordering"))
         if caps.max_batch is not None:
             claimed.append((f"max_batch={caps.max_batch}", "capabilities.max_batch"))
-        claimed += [(part, f"queue.{part}") for part in self.backend.parts]
+        flags = {label for label, _ in claimed}
+        # A part named like a flag (leadership) is labelled by its accessor, so the two
+        # claims stay apart in the report and in its JSON.
+        claimed += [
+            (f"queue.{part}" if part in flags else part, f"queue.{part}")
+            for part in self.backend.parts
+        ]
         return [self._claim(label, gate) for label, gate in claimed]
 
     def _claim(self, label: str, gate: str) -> ClaimResult:
-        results = [r for r in self.properties if gate in r.definition.gate]
+        results = [r for r in self.properties if gate in _gate_terms(r.definition.gate)]
         ids = [r.definition.id for r in results]
         failed = [r.definition.id for r in results if r.outcome == "failed"]
         passed = [r.definition.id for r in results if r.outcome == "passed"]
@@ -398,6 +405,15 @@ def _verdict(report: ConformanceReport) -> str:
     if report.errors or report.pytest_exit_code not in (0, 1, 5):
         return f"RESULT: ERROR - pytest exited with status {report.pytest_exit_code}"
     return "RESULT: NOTHING APPLICABLE RAN - no selected property applies to this backend"
+
+
+def _gate_terms(gate: str) -> set[str]:
+    """The capability, part and hook names a gate mentions, as whole words.
+
+    Whole words, so ``capabilities.cancel`` is not taken for a mention inside
+    ``capabilities.cancel_safe_receive``.
+    """
+    return set(re.findall(r"[A-Za-z_][\w.]*", gate))
 
 
 def _time_text(mode: str) -> str:

@@ -26,9 +26,13 @@ from taskrunner.queue import (
     Capabilities,
     ConsumerCleanup,
     Delivery,
+    Leadership,
     Queue,
     QueueAdmin,
+    Scheduling,
     WorkerRegistry,
+    leadership_of,
+    scheduling_of,
 )
 
 from .harness import HOOKS, AgesLeases, Harness, QueueFactoryHarness
@@ -178,6 +182,44 @@ class Scenario:
         if cleanup is None:
             pytest.skip("queue.consumer_cleanup is None: the backend offers no clean-up")
         return cleanup
+
+    def require_scheduling(self, *flags: str, queue: Queue | None = None) -> Scheduling:
+        """`scheduling_of(queue)`, skipping unless every capability in `flags` is claimed.
+
+        A flag that is claimed while the part is missing fails the test: the claim is
+        false. With no flags, only the part's absence skips.
+        """
+        for flag in flags:
+            self.require_capability(flag)
+        part = scheduling_of(queue or self.queue)
+        if part is None:
+            assert not flags, (
+                f"the backend claims capabilities.{', capabilities.'.join(flags)} but "
+                "scheduling_of(queue) is None: it offers no Scheduling part"
+            )
+            pytest.skip("scheduling_of(queue) is None: the backend offers no Scheduling part")
+        return part
+
+    def require_leadership(self, queue: Queue | None = None) -> Leadership:
+        """`leadership_of(queue)`; skip unless ``capabilities.leadership`` is claimed.
+
+        Claimed with no part fails the test, as in `require_scheduling`.
+        """
+        self.require_capability("leadership")
+        part = leadership_of(queue or self.queue)
+        assert part is not None, (
+            "the backend claims capabilities.leadership but leadership_of(queue) is None"
+        )
+        return part
+
+    def wall(self) -> float:
+        """Wall-clock Unix seconds: the harness's fake clock, else real time.
+
+        `taskrunner.queue.AddRequest.due_at` is an instant on the backend's wall clock;
+        on real time the suite takes the machine's, and a backend whose clock is off by
+        more than its precision fails the due-time edges.
+        """
+        return self.clock.time() if self.clock is not None else time.time()
 
     def require_hook(self, hook: type, name: str) -> None:
         """Skip unless the harness implements the hook protocol `hook` (named `name`)."""
@@ -415,6 +457,8 @@ def optional_parts(queue: Queue) -> list[str]:
             ("admin", queue.admin),
             ("worker_registry", queue.worker_registry),
             ("consumer_cleanup", queue.consumer_cleanup),
+            ("scheduling", scheduling_of(queue)),
+            ("leadership", leadership_of(queue)),
         )
         if part is not None
     ]

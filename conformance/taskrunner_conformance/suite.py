@@ -12,6 +12,7 @@ from .cases.closed_handles import ClosedHandleCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
 from .cases.fencing import FencingCases
+from .cases.leadership import LeadershipCases
 from .cases.leases import LeaseCases
 from .cases.lifecycle import LifecycleCases
 from .cases.model import ModelCases
@@ -20,6 +21,7 @@ from .cases.outages import OutageCases
 from .cases.poison import PoisonCases
 from .cases.reclaim_progress import ReclaimProgressCases
 from .cases.registry import RegistryCases
+from .cases.scheduling import SchedulingCases
 from .cases.shapes import ShapeCases
 from .cases.stats import StatsCases
 
@@ -47,6 +49,8 @@ class QueueConformance(
     AdminCases,
     StatsCases,
     BoundaryCases,
+    SchedulingCases,
+    LeadershipCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 

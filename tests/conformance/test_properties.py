@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import inspect
 
-from taskrunner.queue import Queue
+import pytest
+
+from taskrunner.queue import Leadership, Queue, Scheduling
 from taskrunner_conformance import PROPERTIES, QueueConformance
 from taskrunner_conformance.properties import contract_sentences, contract_test_name
 
@@ -24,6 +26,15 @@ def test_every_contract_sentence_has_a_test_named_after_it() -> None:
     names = {contract_test_name(s) for s in sentences}
 
     missing = sorted(names - set(suite_tests()))
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("part", [Scheduling, Leadership], ids=lambda part: part.__name__)
+def test_every_sentence_of_an_optional_part_has_a_test_named_after_it(part: type) -> None:
+    sentences = contract_sentences(part.__doc__ or "")
+    assert len(sentences) >= 5
+
+    missing = sorted({contract_test_name(s) for s in sentences} - set(suite_tests()))
     assert not missing, missing
 
 

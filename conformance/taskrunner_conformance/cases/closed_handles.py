@@ -4,7 +4,8 @@
 `QueueClosedError`" covers calls that have nothing to do: ``ack([])`` on a closed
 handle must raise as ``ack([d])`` does, or a worker that closed its queue would go on
 "succeeding" with empty batches. The optional parts reached through a handle
-(`Queue.admin`, `Queue.worker_registry`, `Queue.consumer_cleanup`) are closed with it.
+(`Queue.admin`, `Queue.worker_registry`, `Queue.consumer_cleanup`, and the
+``scheduling`` and ``leadership`` parts) are closed with it.
 Closing one handle never closes another handle on the same queue, whichever handle
 was opened first, and never gives its leases back.
 """
@@ -16,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from taskrunner.errors import QueueClosedError
-from taskrunner.queue import Queue, WorkerInfo
+from taskrunner.queue import AddRequest, Queue, WorkerInfo, leadership_of, scheduling_of
 
 from ..scenario import ConformanceBase, Scenario, conformance
 from .fencing import queue_state
@@ -157,6 +158,71 @@ class ClosedHandleCases(ConformanceBase):
         if open_registry is not None:
             listed = {w.instance for w in await open_registry.live_workers()}
             assert instance in listed, "a closed handle's registry removed a worker entry"
+
+    @conformance("X1")
+    async def test_scheduling_and_leadership_of_a_closed_handle_raise_queue_closed_error(
+        self, s: Scenario
+    ) -> None:
+        """Every Scheduling and Leadership method, empty batches too, the queue unchanged."""
+        closing = await s.open()
+        scheduling, leadership = scheduling_of(closing), leadership_of(closing)
+        if scheduling is None and leadership is None:
+            pytest.skip("scheduling_of and leadership_of are None: the backend offers neither part")
+        (message_id,) = await s.add([b"stays"])
+        token = 0
+        open_leadership = leadership_of(s.queue)
+        if open_leadership is not None:
+            lease = await open_leadership.acquire_leadership("held", "a", ttl_seconds=100 * s.lease)
+            assert lease is not None, "a free election could not be acquired"
+            token = lease.token
+        before = await queue_state(s.queue)
+
+        await closing.aclose()
+
+        calls: Calls = {}
+        if scheduling is not None:
+            calls.update(
+                {
+                    "scheduling.add_requests([])": lambda: scheduling.add_requests([]),
+                    "scheduling.add_requests([plain])": lambda: scheduling.add_requests(
+                        [AddRequest(body=b"x")]
+                    ),
+                    "scheduling.cancel([])": lambda: scheduling.cancel([]),
+                    "scheduling.cancel([id])": lambda: scheduling.cancel([message_id]),
+                }
+            )
+        if leadership is not None:
+            calls.update(
+                {
+                    "leadership.acquire_leadership()": lambda: leadership.acquire_leadership(
+                        "free", "b", ttl_seconds=s.lease
+                    ),
+                    "leadership.renew_leadership()": lambda: leadership.renew_leadership(
+                        "held", "a", token, ttl_seconds=s.lease
+                    ),
+                    "leadership.resign_leadership()": lambda: leadership.resign_leadership(
+                        "held", "a", token
+                    ),
+                    "leadership.current_leader()": lambda: leadership.current_leader("held"),
+                    "leadership.fire()": lambda: leadership.fire(
+                        election="held", token=token, schedule="s", instant=1.0, body=b"x"
+                    ),
+                    "leadership.fire_records([])": lambda: leadership.fire_records([]),
+                    "leadership.fire_records([s])": lambda: leadership.fire_records(["s"]),
+                }
+            )
+        await _all_refused(calls)
+
+        assert await queue_state(s.queue) == before, "calls on the closed handle changed the queue"
+        if scheduling_of(s.queue) is not None and s.capabilities.cancel:
+            part = scheduling_of(s.queue)
+            assert part is not None
+            assert await part.cancel([message_id]) == [True], "the message was touched"
+        if open_leadership is not None:
+            lease = await open_leadership.current_leader("held")
+            assert lease is not None, "the closed handle resigned"
+            assert lease.token == token, "the closed handle changed the token"
+            assert await open_leadership.fire_records(["s"]) == {}, "the closed handle fired"
 
     @conformance("X1")
     async def test_closing_one_handle_leaves_every_other_handle_on_the_queue_open(
