@@ -21,6 +21,7 @@ as the answer to another command.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 from collections.abc import Sequence
@@ -29,10 +30,12 @@ from typing import Any
 import redis.asyncio as aioredis
 import redis.exceptions as rx
 
+from taskrunner.errors import BackendError
+
 from .errors import translate_errors
 from .scripts import Script
 
-__all__ = ["Arg", "RawClient", "pack_commands"]
+__all__ = ["Arg", "RawClient", "is_no_script", "pack_commands"]
 
 Arg = str | bytes | int | float
 
@@ -140,15 +143,88 @@ class RawClient:
                     await connection.disconnect(nowait=True)
                 await self._pool.release(connection)
 
+    async def call_unblocked_after(
+        self, action: str, args: Sequence[Arg], *, read_timeout: float, unblock_after: float
+    ) -> Any:
+        """Run one blocking command, unblocked `unblock_after` seconds after it was sent.
+
+        A server wakes blocked clients whose BLOCK expired only at its cron ticks (every
+        100 ms at the default ``hz 10``); ``CLIENT UNBLOCK <id> TIMEOUT`` from another
+        connection ends the block at once, with the reply a timeout gives. The id comes
+        from ``CLIENT ID`` sent in the same write, so this costs no extra round trip
+        before the block. An unblock in flight is awaited before the connection goes
+        back to the pool, so it can never end another command's block. Where ``CLIENT``
+        is not allowed (ACL) the command just runs to its own timeout.
+
+        Raises:
+            BackendUnavailableError: Connection refused or lost, or no reply within
+                `read_timeout`.
+            BackendError: The server replied with an error.
+        """
+        with translate_errors(action):
+            task = asyncio.current_task()
+            before = 0 if task is None else task.cancelling()
+            connection = await self._acquire()
+            clean = False
+            timer: asyncio.Task[None] | None = None
+            sending = asyncio.Event()
+            try:
+                _deliver_swallowed_cancel(task, before)
+                await connection.send_packed_command(pack_commands([("CLIENT", "ID"), args]))
+                _deliver_swallowed_cancel(task, before)
+                async with asyncio.timeout(read_timeout):
+                    try:
+                        client_id = await connection.read_response(
+                            disable_decoding=True, timeout=math.inf
+                        )
+                    except rx.ResponseError:
+                        client_id = None
+                    if isinstance(client_id, int):
+                        timer = asyncio.create_task(
+                            self._unblock_later(client_id, unblock_after, sending)
+                        )
+                    try:
+                        reply = await connection.read_response(
+                            disable_decoding=True, timeout=math.inf
+                        )
+                    except rx.ResponseError as exc:
+                        reply = exc
+                clean = True
+            finally:
+                try:
+                    if timer is not None:
+                        if not (clean and sending.is_set()):
+                            # Not sent yet, or the connection is dropped below (its id dies).
+                            timer.cancel()
+                        # A sent unblock must land while this connection is still ours.
+                        await asyncio.wait([timer])
+                except BaseException:
+                    clean = False
+                    if timer is not None:
+                        timer.cancel()
+                    raise
+                finally:
+                    if not clean:
+                        await connection.disconnect(nowait=True)
+                    await self._pool.release(connection)
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+
+    async def _unblock_later(self, client_id: int, delay: float, sending: asyncio.Event) -> None:
+        await asyncio.sleep(delay)
+        sending.set()
+        # On failure the block ends at the server's own timeout, a cron tick later.
+        with contextlib.suppress(BackendError):
+            await self.call("unblock", "CLIENT", "UNBLOCK", client_id, "TIMEOUT")
+
     async def run_script(
         self, action: str, script: Script, keys: Sequence[str], args: Sequence[Arg]
     ) -> Any:
         """EVALSHA `script`, loading it first if the server does not know it (NOSCRIPT)."""
         command: list[Arg] = ["EVALSHA", script.sha, len(keys), *keys, *args]
         reply = (await self.pipeline(action, [command]))[0]
-        if isinstance(reply, rx.NoScriptError) or (
-            isinstance(reply, rx.ResponseError) and str(reply).startswith("NOSCRIPT")
-        ):
+        if is_no_script(reply):
             # The server restarted or SCRIPT FLUSH ran since the script was loaded.
             await self.call(action, "SCRIPT", "LOAD", script.source)
             reply = (await self.pipeline(action, [command]))[0]
@@ -156,6 +232,13 @@ class RawClient:
             with translate_errors(action):
                 raise reply
         return reply
+
+
+def is_no_script(reply: object) -> bool:
+    """Whether `reply` is the server's NOSCRIPT error (the script is not loaded)."""
+    return isinstance(reply, rx.NoScriptError) or (
+        isinstance(reply, rx.ResponseError) and str(reply).startswith("NOSCRIPT")
+    )
 
 
 def _deliver_swallowed_cancel(task: asyncio.Task[Any] | None, before: int) -> None:

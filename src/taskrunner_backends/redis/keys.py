@@ -10,6 +10,19 @@ keeps them in one slot and every Lua script may touch all of them::
     {namespace}:{{{queue}}}:origins   re-added entries of released messages
                                        (hash: entry id -> "message id/earlier deliveries")
     {namespace}:{{{queue}}}:workers   live worker processes (hash: instance -> entry)
+    {namespace}:{{{queue}}}:bell      the doorbell: one entry wakes one blocked receive when
+                                       a delayed message is due earlier than any before it
+    {namespace}:{{{queue}}}:moved     messages whose entry id is not their message id
+                                       (hash: message id -> "s<stream id>" | "p<parked id>")
+    {namespace}:{{{queue}}}:uniques   the unique keys held (zset: key -> expiry ms or +inf)
+    {namespace}:{{{queue}}}:u:<key>   one held unique key (string: the holder's message id)
+    {namespace}:{{{queue}}}:leaders   leader leases (hash: election -> "token|expiry ms|holder")
+    {namespace}:{{{queue}}}:fired     fire records (hash: schedule -> "instant message id")
+
+Unique keys are named by their caller's text after ``u:``; they are indexed in
+``uniques`` so purge and delete_queue find them without SCAN or KEYS. Scripts that free
+one (ack, dead-letter, cancel, purge) build its name from the prefix: an undeclared key,
+but in the queue's own slot, which Redis Cluster allows.
 
 The consumer group on the stream is always `GROUP`. Everything a namespace owns
 matches `QueueKeys.namespace_pattern`, which is how tests clean up after themselves.
@@ -102,6 +115,44 @@ class QueueKeys:
         return f"{self._prefix}:workers"
 
     @property
+    def bell(self) -> str:
+        """The doorbell stream, read with the queue stream by every blocking receive."""
+        return f"{self._prefix}:bell"
+
+    @property
+    def moved(self) -> str:
+        """The forward map of moved messages (message id -> current stream or parked id).
+
+        Only messages whose current entry id differs from their message id have a
+        field: released ones and delayed adds. `cancel` finds them through it.
+        """
+        return f"{self._prefix}:moved"
+
+    @property
+    def uniques(self) -> str:
+        """The index of held unique keys (zset: key -> expiry in server ms, +inf: none)."""
+        return f"{self._prefix}:uniques"
+
+    @property
+    def unique_prefix(self) -> str:
+        """The prefix of each unique key's own key (``<prefix><key>``)."""
+        return f"{self._prefix}:u:"
+
+    def unique(self, key: str) -> str:
+        """The key holding unique key `key` (its value: the holder's message id)."""
+        return f"{self.unique_prefix}{key}"
+
+    @property
+    def leaders(self) -> str:
+        """The hash of leader leases (election -> ``token|expiry ms|holder``)."""
+        return f"{self._prefix}:leaders"
+
+    @property
+    def fired(self) -> str:
+        """The hash of fire records (schedule -> ``instant message-id``)."""
+        return f"{self._prefix}:fired"
+
+    @property
     def group(self) -> str:
         """The consumer group name."""
         return GROUP
@@ -116,6 +167,14 @@ class QueueKeys:
         return (self.stream, self.dead, self.delayed, self.parked, self.origins)
 
     @property
+    def scheduling(self) -> tuple[str, ...]:
+        """`all` followed by bell, moved and uniques: the KEYS of scripts that use them."""
+        return (*self.all, self.bell, self.moved, self.uniques)
+
+    @property
     def every_key(self) -> tuple[str, ...]:
-        """Every key the queue may own, the worker registry included (for deleting it)."""
-        return (*self.all, self.workers)
+        """Every fixed key the queue may own, the worker registry included (for deleting it).
+
+        Held unique keys (`unique`) are not fixed; `uniques` lists them.
+        """
+        return (*self.scheduling, self.workers, self.leaders, self.fired)

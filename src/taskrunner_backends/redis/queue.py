@@ -96,27 +96,35 @@ from taskrunner.errors import (
     UnsupportedServerError,
 )
 from taskrunner.queue import (
+    Added,
+    AddRequest,
     Capabilities,
     ConsumerCleanup,
     ConsumerStats,
     DeadLetter,
     Delivery,
+    FireRecord,
+    LeaderLease,
+    Leadership,
     QueueAdmin,
     QueueStats,
     Receipt,
+    Scheduling,
     WorkerInfo,
     WorkerRegistry,
 )
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
-from .client import Arg, RawClient
+from .client import Arg, RawClient, is_no_script
 from .errors import GroupMissingError, translate_errors
 from .keys import QueueKeys
 from .scripts import SCRIPTS
 from .url import split_url
 
 __all__ = [
+    "ADD_REQUESTS_BATCH",
     "BLOCK_READ_MARGIN_SECONDS",
+    "DELAYED_LATENESS_SECONDS",
     "DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS",
     "DELAYED_RECHECK_SECONDS",
     "DEFAULT_SOCKET_TIMEOUT_SECONDS",
@@ -153,6 +161,16 @@ BLOCK_READ_MARGIN_SECONDS = 5.0
 # script call and one read per this many seconds of an idle receive.
 DELAYED_RECHECK_SECONDS = 1.0
 
+# How late (seconds) a delayed message is delivered after its due time, at most, to a
+# receive blocked on an idle server (no load): the doorbell wakes the receive at the
+# add, the receive blocks until the due time and is unblocked then by CLIENT UNBLOCK
+# instead of at the server's next cron tick. Under load, add the server's and the
+# caller's own delays; without any receive blocked, the next receive delivers it.
+DELAYED_LATENESS_SECONDS = 0.05
+
+# Requests per `add_requests` script call (count); one round trip carries them all.
+ADD_REQUESTS_BATCH = 500
+
 # Socket timeouts (seconds) for clients built by `open_from_url` when the URL sets none;
 # redis-py's default is to wait forever for a reply.
 DEFAULT_SOCKET_TIMEOUT_SECONDS = 10.0
@@ -180,6 +198,10 @@ _CAPABILITIES = Capabilities(
     shared_across_instances=True,
     max_batch=None,
     lease_precision_seconds=0.05,
+    delayed_add=True,
+    unique_add=True,
+    cancel=True,
+    leadership=True,
 )
 
 # Longest lease or delay the backend represents exactly (ms; Lua numbers are doubles).
@@ -271,6 +293,7 @@ class _Message:
     body: bytes
     message_id: str
     base_count: int
+    unique: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +327,7 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
     pairs = list(zip(fields[0::2], fields[1::2], strict=True))
     seen: dict[bytes, bytes] = {}
     for name, value in pairs:
-        if name in seen and name in (b"b", b"i", b"n"):
+        if name in seen and name in (b"b", b"i", b"n", b"u"):
             return _Malformed(
                 entry_id, f"malformed message: field {_text(name)!r} repeated", _evidence(pairs)
             )
@@ -331,40 +354,58 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
                 entry_id, "malformed message: field 'n' is not a delivery count", _evidence(pairs)
             )
         base = int(raw_base)
-    return _Message(entry_id=entry_id, body=seen[b"b"], message_id=message_id, base_count=base)
+    return _Message(
+        entry_id=entry_id,
+        body=seen[b"b"],
+        message_id=message_id,
+        base_count=base,
+        unique=b"u" in seen,
+    )
 
 
 def _token(message: _Message | _Malformed, base: int, lease_ms: int) -> str:
-    if isinstance(message, _Message) and message.entry_id == message.message_id and base == 0:
+    unique = isinstance(message, _Message) and message.unique
+    if (
+        isinstance(message, _Message)
+        and message.entry_id == message.message_id
+        and base == 0
+        and not unique
+    ):
         return str(lease_ms)
-    return f"{lease_ms}:{message.entry_id}/{base}"
+    # "u": the message holds a unique key, which its ack must read and free.
+    return f"{lease_ms}:{message.entry_id}/{base}{'u' if unique else ''}"
 
 
 class _Located(NamedTuple):
     entry_id: str
     base: int
     lease_ms: int
+    unique: bool
 
 
 def _locate(delivery: Delivery) -> _Located | None:
     """The stream entry, base delivery count and lease a receipt refers to, if well formed.
 
-    Receipt tokens are ``LEASE_MS`` when the entry is the message's first one, else
-    ``LEASE_MS:ENTRY_ID/BASE`` (BASE: deliveries before the entry was re-added).
+    Receipt tokens are ``LEASE_MS`` when the entry is the message's first one and it
+    holds no unique key, else ``LEASE_MS:ENTRY_ID/BASE`` (BASE: deliveries before the
+    entry was re-added), with ``u`` appended when the message holds a unique key.
     """
     raw_lease, _, rest = delivery.receipt.token.partition(":")
     if not raw_lease.isdigit() or len(raw_lease) > 16:
         return None
+    unique = False
     if not rest:
         entry_id, base = delivery.message_id, 0
     else:
         entry_id, _, raw_base = rest.partition("/")
+        if raw_base.endswith("u"):
+            unique, raw_base = True, raw_base[:-1]
         if not raw_base.isdigit() or len(raw_base) > 18:
             return None
         base = int(raw_base)
     if not _STREAM_ID_TEXT.fullmatch(entry_id):
         return None
-    return _Located(entry_id, base, int(raw_lease))
+    return _Located(entry_id, base, int(raw_lease), unique)
 
 
 def _holder(consumer: str, lease_ms: int) -> str:
@@ -427,21 +468,28 @@ def _as_str(value: object) -> str:
     raise BackendError(f"unexpected reply element {value!r}")
 
 
-def _stream_entries(reply: object) -> list[tuple[str, object]]:
-    """(id, fields) pairs of an XREADGROUP reply in RESP2 (list) or RESP3 (map) form."""
+def _stream_entries(reply: object, bell: bytes = b"") -> tuple[list[tuple[str, object]], list[str]]:
+    """(id, fields) pairs of an XREADGROUP reply in RESP2 (list) or RESP3 (map) form.
+
+    Entries of the stream named `bell` (the doorbell) are returned apart, as ids.
+    """
     if not reply:
-        return []
+        return [], []
     if isinstance(reply, dict):
-        streams: Iterable[object] = reply.values()
+        streams: Iterable[tuple[object, object]] = reply.items()
     elif isinstance(reply, list):
-        streams = (item[1] for item in reply)
+        streams = ((item[0], item[1]) for item in reply)
     else:
         raise BackendError(f"unexpected XREADGROUP reply {reply!r:.100}")
     entries = []
-    for stream_entries in streams:
+    rings = []
+    for name, stream_entries in streams:
         for entry in stream_entries or ():  # type: ignore[attr-defined]
-            entries.append((_as_str(entry[0]), entry[1]))
-    return entries
+            if name == bell:
+                rings.append(_as_str(entry[0]))
+            else:
+                entries.append((_as_str(entry[0]), entry[1]))
+    return entries, rings
 
 
 def _ready_count(lag: int, length: int, pending: int) -> int:
@@ -561,6 +609,16 @@ class RedisStreamsQueue:
         return self
 
     @property
+    def scheduling(self) -> Scheduling:
+        """This queue: delayed adds, unique adds and cancel (see `add_requests`)."""
+        return self
+
+    @property
+    def leadership(self) -> Leadership:
+        """This queue: leader leases and fire records live in two hashes per queue."""
+        return self
+
+    @property
     def keys(self) -> QueueKeys:
         """The Redis keys of this queue."""
         return self._keys
@@ -671,36 +729,73 @@ class RedisStreamsQueue:
         await self._ready()
         holder = _holder(consumer, lease_ms)
         deadline = self._clock.monotonic() + wait_seconds
+        rings: list[str] = []
+        # Whether a doorbell woke this receive: it then answers for the earlier due time
+        # the ring announced, and hands it on if it returns before that (see `_hand_on`).
+        woken = False
         while True:
             reply = await self._script(
                 "receive",
                 "receive",
-                self._keys.all,
-                (self._keys.group, holder, max_messages, PROMOTE_BATCH),
+                self._keys.scheduling,
+                (self._keys.group, holder, max_messages, PROMOTE_BATCH, *rings),
             )
+            rings = []
             next_due_ms = _as_int(reply[0])
             entries = [(_as_str(reply[i]), reply[i + 1]) for i in range(1, len(reply), 2)]
             if entries:
                 deliveries = await self._accept(consumer, lease_ms, entries)
                 if deliveries:
-                    return deliveries
+                    return await self._hand_on(deliveries, woken, next_due_ms, rings)
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
-                return []
+                return await self._hand_on([], woken, next_due_ms, rings)
             # Never block past the next due time known now (+1 ms: BLOCK rounds down), nor
             # long enough to miss one released by another client during the block.
             block = min(remaining, DELAYED_RECHECK_SECONDS)
-            if next_due_ms >= 0:
-                block = min(block, (next_due_ms + 1) / 1000)
-            entries = await self._blocking_read(holder, max_messages, block)
+            due_limited = next_due_ms >= 0 and (next_due_ms + 1) / 1000 < block
+            if due_limited:
+                block = (next_due_ms + 1) / 1000
+            entries, rings = await self._blocking_read(
+                holder, max_messages, block, unblock=due_limited
+            )
             # Entries read after aclose stay leased until reclaimed; the caller is gone.
             self._check_open()
             if entries:
                 deliveries = await self._accept(consumer, lease_ms, entries)
                 if deliveries:
-                    return deliveries
+                    return await self._hand_on(deliveries, woken, next_due_ms, rings)
+            elif rings:
+                # Rung: a message is due earlier than this read knew. The script acks
+                # the ring and computes the shorter block.
+                woken = True
             elif block >= remaining:
-                return []
+                return await self._hand_on([], woken, next_due_ms, rings)
+
+    async def _hand_on(
+        self, deliveries: list[Delivery], woken: bool, next_due_ms: int, rings: list[str]
+    ) -> list[Delivery]:
+        """Settle the doorbell before `receive` returns `deliveries`.
+
+        Rings read by the last blocking read are acked and deleted. A receive woken by
+        a ring may be the only reader that knows of an early due time; when it returns
+        while a message is due within `DELAYED_RECHECK_SECONDS`, it rings again so
+        another blocked receive takes over (one round trip, only in that case).
+        """
+        commands: list[tuple[Arg, ...]] = []
+        if rings:
+            commands.append(("XACK", self._keys.bell, self._keys.group, *rings))
+            commands.append(("XDEL", self._keys.bell, *rings))
+        if woken and 0 <= next_due_ms < DELAYED_RECHECK_SECONDS * 1000:
+            commands.append(("XADD", self._keys.bell, "MAXLEN", "~", 64, "*", "r", "1"))
+        if commands:
+            try:
+                await self._raw.pipeline("receive", commands)
+            except BackendError as exc:
+                # The deliveries are leased already; losing them for this would be worse
+                # than a ring left behind (remove_consumers clears it) or a later wake.
+                _log.warning("%r: could not settle the doorbell: %s", self, exc)
+        return deliveries
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Reset the idle time of each delivery still owned under its receipt.
@@ -755,7 +850,7 @@ class RedisStreamsQueue:
         reply = await self._script(
             "reclaim",
             "reclaim",
-            self._keys.all,
+            self._keys.scheduling,
             (
                 self._keys.group,
                 _holder(consumer, lease_ms),
@@ -853,6 +948,198 @@ class RedisStreamsQueue:
         lag, length, pending, _, delayed = (_as_int(v) for v in r[:5])
         return _ready_count(lag, length, pending) + delayed + pending
 
+    # -- Scheduling -----------------------------------------------------------------------
+
+    async def add_requests(self, requests: Sequence[AddRequest]) -> list[Added]:
+        """Add each request's body with its options; one `Added` per request, in order.
+
+        One script per `ADD_REQUESTS_BATCH` requests, all sent in one round trip. Each
+        request's unique check and add are atomic. A request without a delay (or due in
+        the past) becomes a plain stream entry, as `add` writes it; a delayed one waits
+        in the parked stream under an id reserved from the queue stream (so ids never
+        collide) and is ready at its due time on the server's clock (``due_at`` and
+        ``delay_seconds`` are both converted on the server, in whole milliseconds
+        rounded up). A receive blocked meanwhile is woken by the doorbell and delivers
+        it at most `DELAYED_LATENESS_SECONDS` late on an idle server. A unique key is a
+        key of the queue's slot holding the message id, with ``PX`` when
+        ``unique_seconds`` is set (0 holds it not at all).
+
+        Raises:
+            TypeError: A request is not an `AddRequest`, or a field has the wrong type.
+            ValueError: A duration is negative or not finite, or a unique key is empty
+                or not valid UTF-8; nothing is added.
+            BackendUnavailableError: The server could not be reached; some of the
+                requests may have been added.
+        """
+        if isinstance(requests, AddRequest):
+            raise TypeError("requests must be a sequence of AddRequest, not a single one")
+        encoded = [_encode_request(request) for request in requests]
+        await self._ready()
+        if not encoded:
+            return []
+        commands: list[tuple[Arg, ...]] = []
+        keys = self._keys.scheduling
+        for start in range(0, len(encoded), ADD_REQUESTS_BATCH):
+            args: list[Arg] = [self._keys.group, self._keys.unique_prefix]
+            for item in encoded[start : start + ADD_REQUESTS_BATCH]:
+                args.extend(item)
+            commands.append(("EVALSHA", SCRIPTS["add_requests"].sha, len(keys), *keys, *args))
+        replies = await self._raw.pipeline("add requests", commands)
+        if any(is_no_script(reply) for reply in replies):
+            # The server restarted or SCRIPT FLUSH ran: nothing of those calls ran.
+            await self._raw.call("add requests", "SCRIPT", "LOAD", SCRIPTS["add_requests"].source)
+            again = [i for i, reply in enumerate(replies) if is_no_script(reply)]
+            rerun = await self._raw.pipeline("add requests", [commands[i] for i in again])
+            for i, reply in zip(again, rerun, strict=True):
+                replies[i] = reply
+        added = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                with translate_errors("add requests"):
+                    raise reply
+            for i in range(0, len(reply), 2):
+                added.append(Added(message_id=_as_str(reply[i]), added=_as_int(reply[i + 1]) == 1))
+        return added
+
+    async def cancel(self, message_ids: Sequence[str]) -> list[bool]:
+        """Remove ready or delayed messages so they are never delivered; free their keys.
+
+        A ready message is one no receive has read yet (newer than the group's last
+        delivered entry); a delayed one waits in the parked stream (delayed adds and
+        releases with a delay alike, found through the ``moved`` map). Each removal and
+        its key's release happen in one script, so a cancel racing a receive either
+        removes the message or finds it delivered, never both.
+
+        Returns:
+            One flag per id: True when removed by this call; False when in flight,
+            completed, dead, cancelled already, unknown or not an id of this backend.
+
+        Raises:
+            TypeError: `message_ids` is a single string.
+        """
+        if isinstance(message_ids, str):
+            raise TypeError("message_ids must be a sequence of ids, not a single string")
+        ids = list(message_ids)
+        await self._ready()
+        flags = [False] * len(ids)
+        valid = [
+            (index, i)
+            for index, i in enumerate(ids)
+            if isinstance(i, str) and _STREAM_ID_TEXT.fullmatch(i)  # type: ignore[redundant-expr]
+        ]
+        for start in range(0, len(valid), FENCED_BATCH):
+            chunk = valid[start : start + FENCED_BATCH]
+            reply = await self._raw.run_script(
+                "cancel",
+                SCRIPTS["cancel"],
+                self._keys.scheduling,
+                (self._keys.group, self._keys.unique_prefix, *(i for _, i in chunk)),
+            )
+            for (index, _), flag in zip(chunk, reply, strict=True):
+                flags[index] = _as_int(flag) == 1
+        return flags
+
+    # -- Leadership -----------------------------------------------------------------------
+
+    async def acquire_leadership(
+        self, name: str, holder: str, *, ttl_seconds: float
+    ) -> LeaderLease | None:
+        """Take the lease of election `name` for `holder` when it is free or lapsed.
+
+        A live lease of `holder` is renewed with its token. A new lease gets the
+        election's previous token + 1 (the record of the last token outlives leases,
+        so tokens never repeat). Expiry is on the server's clock, in ms rounded up.
+
+        Raises:
+            TypeError: A name is no str, or `ttl_seconds` no number.
+            ValueError: `ttl_seconds` <= 0 or not finite, or `name`/`holder` empty.
+        """
+        _check_text("name", name)
+        _check_text("holder", holder)
+        ttl_ms = _milliseconds("ttl_seconds", ttl_seconds, positive=True)
+        return _lease(name, await self._leadership("acquire", name, holder, ttl_ms))
+
+    async def renew_leadership(
+        self, name: str, holder: str, token: int, *, ttl_seconds: float
+    ) -> LeaderLease | None:
+        """Extend the lease by `ttl_seconds` from now if `holder` holds it under `token`.
+
+        A lapsed lease renews as long as nobody took it since (the token is still the
+        election's latest and the record still names `holder`).
+        """
+        _check_text("name", name)
+        _check_text("holder", holder)
+        _check_token(token)
+        ttl_ms = _milliseconds("ttl_seconds", ttl_seconds, positive=True)
+        return _lease(name, await self._leadership("renew", name, holder, token, ttl_ms))
+
+    async def resign_leadership(self, name: str, holder: str, token: int) -> bool:
+        """End the lease now if `holder` holds it under `token`; returns whether it did.
+
+        The token stays the election's latest (the next holder gets a larger one);
+        the lease can no longer be renewed or resigned.
+        """
+        _check_text("name", name)
+        _check_text("holder", holder)
+        _check_token(token)
+        return _as_int(await self._leadership("resign", name, holder, token)) == 1
+
+    async def current_leader(self, name: str) -> LeaderLease | None:
+        """The live lease of election `name`, or None when nobody holds one."""
+        _check_text("name", name)
+        return _lease(name, await self._leadership("current", name))
+
+    async def fire(
+        self, *, election: str, token: int, schedule: str, instant: float, body: bytes
+    ) -> str | None:
+        """Add `body` for `schedule`'s `instant` and record it fired, in one script.
+
+        Nothing is added unless `token` is the election's latest token and `instant`
+        is later than the schedule's recorded one. The message is a plain ready entry,
+        as `add` writes it.
+        """
+        _check_text("election", election)
+        _check_text("schedule", schedule)
+        _check_token(token)
+        if not isinstance(body, bytes):
+            raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        if isinstance(instant, bool) or not isinstance(instant, int | float):
+            raise TypeError(f"instant must be a number, not {type(instant).__name__}")
+        if not math.isfinite(instant):
+            raise ValueError(f"instant must be finite, got {instant}")
+        reply = await self._leadership(
+            "fire", election, token, schedule, repr(float(instant)), body
+        )
+        return None if reply is None else _as_str(reply)
+
+    async def fire_records(self, schedules: Sequence[str]) -> dict[str, FireRecord]:
+        """The latest fire record of each named schedule that has one."""
+        if isinstance(schedules, str):
+            raise TypeError("schedules must be a sequence of names, not a single string")
+        names = list(dict.fromkeys(schedules))
+        for name in names:
+            _check_text("schedule", name)
+        if not names:
+            self._check_open()
+            return {}
+        reply = await self._leadership("records", *names)
+        records = {}
+        for name, value in zip(names, reply, strict=True):
+            if value is None:
+                continue
+            instant, _, message_id = _as_str(value).partition(" ")
+            records[name] = FireRecord(schedule=name, instant=float(instant), message_id=message_id)
+        return records
+
+    async def _leadership(self, op: str, *args: Arg) -> Any:
+        await self._ready()
+        return await self._raw.run_script(
+            f"leadership {op}",
+            SCRIPTS["leadership"],
+            (self._keys.leaders, self._keys.fired, self._keys.stream),
+            (op, *args),
+        )
+
     # -- QueueAdmin -----------------------------------------------------------------------
 
     async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
@@ -934,7 +1221,14 @@ class RedisStreamsQueue:
         Receipts of purged messages report lost from then on; dead letters stay.
         """
         await self._ready()
-        return _as_int(await self._script("purge", "purge", self._keys.all, (self._keys.group,)))
+        return _as_int(
+            await self._script(
+                "purge",
+                "purge",
+                self._keys.scheduling,
+                (self._keys.group, self._keys.unique_prefix),
+            )
+        )
 
     async def delete_queue(self) -> None:
         """Delete every key of the queue: messages, dead letters, consumers, worker entries.
@@ -948,7 +1242,12 @@ class RedisStreamsQueue:
         would fit it). Do not delete a queue that workers are still using.
         """
         await self._ready()
-        await self._raw.call("delete queue", "DEL", *self._keys.every_key)
+        await self._raw.run_script(
+            "delete queue",
+            SCRIPTS["delete_queue"],
+            self._keys.every_key,
+            (self._keys.unique_prefix,),
+        )
 
     async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
         """Delete consumers that own no pending message and were inactive for `idle_seconds`.
@@ -989,7 +1288,7 @@ class RedisStreamsQueue:
         reply = await self._raw.run_script(
             action,
             SCRIPTS["remove_idle_consumers"],
-            (self._keys.stream,),
+            (self._keys.stream, self._keys.bell),
             (self._keys.group, idle_ms, *names),
         )
         return list(dict.fromkeys(_caller_name(_as_str(name)) for name in reply))
@@ -1071,16 +1370,19 @@ class RedisStreamsQueue:
 
     async def _create_group(self) -> None:
         keys = self._keys
-        try:
-            # At 0, never $: $ would skip every message added before the group existed.
-            await self._raw.call(
-                "create group", "XGROUP", "CREATE", keys.stream, keys.group, "0", "MKSTREAM"
-            )
-        except BackendUnavailableError:
-            raise
-        except BackendError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        # At 0, never $: $ would skip every message added before the group existed. The
+        # doorbell's group goes with it (a ring from before only wakes one read early).
+        replies = await self._raw.pipeline(
+            "create group",
+            [
+                ("XGROUP", "CREATE", keys.stream, keys.group, "0", "MKSTREAM"),
+                ("XGROUP", "CREATE", keys.bell, keys.group, "0", "MKSTREAM"),
+            ],
+        )
+        for reply in replies:
+            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+                with translate_errors("create group"):
+                    raise reply
         self._group_created = True
 
     async def _script(
@@ -1099,8 +1401,13 @@ class RedisStreamsQueue:
                 raise BackendError(f"{action}: consumer group keeps disappearing") from exc
 
     async def _blocking_read(
-        self, consumer: str, max_messages: int, block_seconds: float
-    ) -> list[tuple[str, object]]:
+        self, consumer: str, max_messages: int, block_seconds: float, *, unblock: bool = False
+    ) -> tuple[list[tuple[str, object]], list[str]]:
+        """One XREADGROUP BLOCK on the stream and the doorbell: (entries, ring ids).
+
+        With `unblock`, the read is ended by CLIENT UNBLOCK at `block_seconds` instead
+        of at the server's next cron tick after its BLOCK expired (up to 100 ms later).
+        """
         block_ms = max(1, math.ceil(block_seconds * 1000))  # BLOCK 0 would wait forever
         command: tuple[Arg, ...] = (
             "XREADGROUP",
@@ -1113,19 +1420,27 @@ class RedisStreamsQueue:
             block_ms,
             "STREAMS",
             self._keys.stream,
+            self._keys.bell,
+            ">",
             ">",
         )
+        bell = self._keys.bell.encode()
         task = asyncio.current_task()
         if task is not None:
             self._blocking.add(task)
         try:
             for attempt in (1, 2):
                 try:
-                    reply = await self._raw.call(
-                        "receive",
-                        *command,
-                        read_timeout=block_ms / 1000 + BLOCK_READ_MARGIN_SECONDS,
-                    )
+                    read_timeout = block_ms / 1000 + BLOCK_READ_MARGIN_SECONDS
+                    if unblock:
+                        reply = await self._raw.call_unblocked_after(
+                            "receive",
+                            command,
+                            read_timeout=read_timeout,
+                            unblock_after=block_ms / 1000,
+                        )
+                    else:
+                        reply = await self._raw.call("receive", *command, read_timeout=read_timeout)
                 except GroupMissingError:
                     # Since 7.0, deleting the stream unblocks readers with NOGROUP.
                     if attempt == 2:
@@ -1133,8 +1448,8 @@ class RedisStreamsQueue:
                     self._group_missing("receive")
                     await self._create_group()
                     continue
-                return _stream_entries(reply)
-            return []
+                return _stream_entries(reply, bell)
+            return [], []
         except asyncio.CancelledError:
             if task is not None and task in self._cancelled_by_close and task.cancelling() <= 1:
                 task.uncancel()
@@ -1233,7 +1548,10 @@ class RedisStreamsQueue:
             if located is None or pel_count is None or pel_count < 1:
                 lost.append(delivery)  # a receipt we never issued cannot hold a lease
                 continue
-            override = b"" if overrides is None else b"=" + overrides[index]
+            if overrides is not None:
+                override = b"=" + overrides[index]
+            else:
+                override = b"u" if located.unique else b""
             items.append(
                 (
                     delivery,
@@ -1250,10 +1568,12 @@ class RedisStreamsQueue:
         flag = "1" if self._has_xackdel else "0"
         for start in range(0, len(items), FENCED_BATCH):
             chunk = items[start : start + FENCED_BATCH]
-            args: list[Arg] = [op, self._keys.group, arg, flag]
+            args: list[Arg] = [op, self._keys.group, arg, flag, self._keys.unique_prefix]
             for _, item_args in chunk:
                 args.extend(item_args)
-            statuses = await self._raw.run_script(op, SCRIPTS["fenced"], self._keys.all, args)
+            statuses = await self._raw.run_script(
+                op, SCRIPTS["fenced"], self._keys.scheduling, args
+            )
             for (delivery, _), status in zip(chunk, statuses, strict=True):
                 if _as_int(status) != 1:
                     lost.append(delivery)
@@ -1315,6 +1635,68 @@ async def open_from_url(
         await client.aclose()
         raise
     return queue
+
+
+def _check_text(name: str, value: str) -> None:
+    """Refuse a name that is no str, empty, or not encodable as UTF-8."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} must be a non-empty string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} holds a lone surrogate at position {exc.start}: not storable text"
+        ) from None
+
+
+def _check_token(token: int) -> None:
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"token must be an int, not {type(token).__name__}")
+    if not 0 <= token < _MAX_MS:
+        raise ValueError(f"token must be >= 0 and < 2**52, got {token}")
+
+
+def _lease(name: str, reply: object) -> LeaderLease | None:
+    if not reply:
+        return None
+    assert isinstance(reply, list)
+    return LeaderLease(
+        name=name,
+        holder=_as_str(reply[0]),
+        token=_as_int(reply[1]),
+        remaining_seconds=max(0, _as_int(reply[2])) / 1000,
+    )
+
+
+def _encode_request(request: AddRequest) -> tuple[Arg, Arg, Arg, Arg, Arg]:
+    """The five script arguments of one request, after checking every field."""
+    if not isinstance(request, AddRequest):
+        raise TypeError(f"expected AddRequest, got {type(request).__name__}")
+    if not isinstance(request.body, bytes):
+        raise TypeError(f"message body must be bytes, not {type(request.body).__name__}")
+    mode: str = "r"
+    value: Arg = ""
+    delay_ms = _milliseconds("delay_seconds", request.delay_seconds, positive=False)
+    if request.due_at is not None:
+        due_at = request.due_at
+        if isinstance(due_at, bool) or not isinstance(due_at, int | float):
+            raise TypeError(f"due_at must be a number of seconds, not {type(due_at).__name__}")
+        if not math.isfinite(due_at):
+            raise ValueError(f"due_at must be finite, got {due_at}")
+        # Converted to ms on the server (its clock decides what is past).
+        mode, value = "a", repr(float(due_at))
+    elif delay_ms > 0:
+        mode, value = "d", delay_ms
+    key: Arg = ""
+    unique_ms: Arg = ""
+    if request.unique_key is not None:
+        _check_text("unique_key", request.unique_key)
+        key = request.unique_key
+    if request.unique_seconds is not None:
+        unique_ms = _milliseconds("unique_seconds", request.unique_seconds, positive=False)
+    return (mode, value, key, unique_ms, request.body)
 
 
 def _check_reason(reason: str) -> None:

@@ -32,7 +32,8 @@ def _load(name: str) -> Script:
 #: Every script by name: fenced (heartbeat/ack/release/dead-letter), receive (promote
 #: due delayed messages, then read new ones), reclaim (XPENDING pages from a cursor,
 #: each entry judged by its holder's lease), stats, the admin operations, consumer GC,
-#: the worker registry, and the test hook age_lease.
+#: the worker registry, the test hook age_lease, and the scheduling and leadership
+#: parts (add_requests, cancel, leadership, delete_queue).
 SCRIPTS: dict[str, Script] = {
     name: _load(name)
     for name in (
@@ -46,5 +47,9 @@ SCRIPTS: dict[str, Script] = {
         "remove_idle_consumers",
         "workers",
         "age_lease",
+        "add_requests",
+        "cancel",
+        "leadership",
+        "delete_queue",
     )
 }

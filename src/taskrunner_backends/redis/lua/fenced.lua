@@ -1,10 +1,13 @@
 -- Fenced lease operations: heartbeat, ack, release, dead-letter.
 --
--- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream, 5 origins hash
+-- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream, 5 origins hash,
+--       6 doorbell stream, 7 moved hash, 8 uniques zset
 -- ARGV: 1 op ("heartbeat" | "ack" | "release" | "dead"), 2 group,
 --       3 reason (dead) or delay in ms (release), 4 "1" when the server has XACKDEL,
+--       5 unique-key prefix,
 --       then 6 per delivery: entry id, consumer, expected PEL delivery count,
---       message id, reported delivery count, body override ("=" .. bytes, or "")
+--       message id, reported delivery count, body override ("=" .. bytes), or "u" when
+--       the message holds a unique key (its entry's field u), or ""
 -- Returns one status per delivery: 1 done, 0 lease lost (nothing touched),
 --       2 lease lost because the payload was gone (a dead letter records it).
 --
@@ -12,7 +15,9 @@
 -- XCLAIM checks no owner and XACK is silent; the XPENDING probe is the fence.
 
 local stream, dead, delayed, parked, origins = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local bell, moved, uniques = KEYS[6], KEYS[7], KEYS[8]
 local op, group, arg, has_xackdel = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
+local uprefix = ARGV[5]
 local GONE = 'payload removed from the stream while pending'
 
 local function now_ms()
@@ -68,13 +73,58 @@ local function complete(id, message_id)
   end
 end
 
+-- A message frees its unique key at its final outcome, only if the key still names
+-- it (after the key expired another message may hold it).
+local function free_unique(fields, message_id)
+  if not fields then
+    return
+  end
+  for i = 1, #fields, 2 do
+    if fields[i] == 'u' then
+      local key = uprefix .. fields[i + 1]
+      if redis.call('GET', key) == message_id then
+        redis.call('DEL', key)
+        redis.call('ZREM', uniques, fields[i + 1])
+      end
+      return
+    end
+  end
+end
+
+-- The message leaves the queue for good: forget where it moved to.
+local function forget(id, message_id)
+  if id ~= message_id then
+    redis.call('HDEL', moved, message_id)
+  end
+end
+
+-- Ring the doorbell when `due` is earlier than every due time parked so far.
+local earliest = false
+local rung = false
+local function park(fields, due)
+  if earliest == false then
+    local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+    earliest = (#first > 0) and tonumber(first[2]) or nil
+  end
+  if earliest == nil or due < earliest then
+    earliest = due
+    if not rung then
+      redis.call('XADD', bell, 'MAXLEN', '~', 64, '*', 'r', '1')
+      rung = true
+    end
+  end
+  local parked_id = redis.call('XADD', parked, '*', unpack(fields))
+  redis.call('ZADD', delayed, due, parked_id)
+  return parked_id
+end
+
 local function bury(body, reason, message_id, count, when)
   redis.call('XADD', dead, '*', 'b', body, 'r', reason, 'o', message_id, 'c', count, 't', when)
 end
 
 local result = {}
 local now = nil
-for i = 5, #ARGV, 6 do
+for i = 6, #ARGV, 6 do
   local id, consumer, count = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local message_id, reported, override = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
   local status = 0
@@ -88,13 +138,18 @@ for i = 5, #ARGV, 6 do
         if id ~= message_id then
           redis.call('HDEL', origins, id)
         end
+        forget(id, message_id)
         bury('', GONE, message_id, reported, now)
         status = 2
       else
         status = 1
       end
     elseif op == 'ack' then
+      if override == 'u' then
+        free_unique(fields_of(id), message_id)
+      end
       complete(id, message_id)
+      forget(id, message_id)
       status = 1
     elseif op == 'release' then
       local fields = fields_of(id)
@@ -103,6 +158,7 @@ for i = 5, #ARGV, 6 do
         if id ~= message_id then
           redis.call('HDEL', origins, id)
         end
+        forget(id, message_id)
         bury('', GONE, message_id, reported, now)
         status = 2
       else
@@ -119,13 +175,15 @@ for i = 5, #ARGV, 6 do
         copy[#copy + 1] = message_id
         copy[#copy + 1] = 'n'
         copy[#copy + 1] = reported
+        -- Its unique key (u) travels with it: a release is no final outcome.
         local delay = tonumber(arg)
         if delay <= 0 then
           local new_id = redis.call('XADD', stream, '*', unpack(copy))
           redis.call('HSET', origins, new_id, message_id .. '/' .. reported)
+          redis.call('HSET', moved, message_id, 's' .. new_id)
         else
-          local parked_id = redis.call('XADD', parked, '*', unpack(copy))
-          redis.call('ZADD', delayed, now + delay, parked_id)
+          local parked_id = park(copy, now + delay)
+          redis.call('HSET', moved, message_id, 'p' .. parked_id)
         end
         complete(id, message_id)
         status = 1
@@ -135,9 +193,12 @@ for i = 5, #ARGV, 6 do
       if string.sub(override, 1, 1) == '=' then
         body = string.sub(override, 2)
       else
-        body = body_of(fields_of(id))
+        local fields = fields_of(id)
+        body = body_of(fields)
+        free_unique(fields, message_id)
       end
       complete(id, message_id)
+      forget(id, message_id)
       bury(body, arg, message_id, reported, now)
       status = 1
     else

@@ -1,8 +1,9 @@
--- Delete every ready, delayed and in-flight message of the queue.
+-- Delete every ready, delayed and in-flight message of the queue, and free every
+-- unique key they held.
 --
 -- KEYS: 1 stream, 2 dead-letter stream (kept), 3 delayed zset, 4 parked stream,
---       5 origins hash
--- ARGV: 1 group
+--       5 origins hash, 6 doorbell (kept), 7 moved hash, 8 uniques zset
+-- ARGV: 1 group, 2 unique-key prefix
 -- Returns how many messages were deleted.
 --
 -- The stream key is trimmed, not deleted, so its last id survives and new entries
@@ -10,9 +11,18 @@
 -- Recreating the group drops every PEL entry, so purged receipts report lost.
 
 local stream, delayed, parked, origins = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
-local group = ARGV[1]
+local moved, uniques = KEYS[7], KEYS[8]
+local group, uprefix = ARGV[1], ARGV[2]
 local n = redis.call('XLEN', stream) + redis.call('ZCARD', delayed)
-redis.call('DEL', delayed, parked, origins)
+local held = redis.call('ZRANGE', uniques, 0, -1)
+for i = 1, #held, 500 do
+  local batch = {}
+  for j = i, math.min(i + 499, #held) do
+    batch[#batch + 1] = uprefix .. held[j]
+  end
+  redis.call('DEL', unpack(batch))
+end
+redis.call('DEL', delayed, parked, origins, moved, uniques)
 if redis.call('EXISTS', stream) == 0 then
   -- Nothing was ever added: create nothing.
   return n

@@ -1,15 +1,27 @@
 -- Promote due delayed messages, then lease new entries without blocking.
 --
 -- KEYS: 1 stream, 2 dead-letter stream (unused), 3 delayed zset, 4 parked stream,
---       5 origins hash
--- ARGV: 1 group, 2 consumer, 3 count, 4 most delayed messages to promote
+--       5 origins hash, 6 doorbell stream, 7 moved hash, 8 uniques (unused)
+-- ARGV: 1 group, 2 consumer, 3 count, 4 most delayed messages to promote, then the
+--       doorbell entries the previous blocking read of this receive got (acked and
+--       deleted here, so a ring costs no round trip of its own)
 -- Returns {ms until the next delayed message is due or -1, id, fields, id, fields, ...}
 --
 -- Promotion and the read share one script so a due message is readable by the same
 -- call; the blocking wait happens outside (BLOCK is ignored inside scripts).
 
 local stream, delayed, parked, origins = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
+local bell, moved = KEYS[6], KEYS[7]
 local group, consumer, count, limit = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+if #ARGV > 4 then
+  local rung = {}
+  for i = 5, #ARGV do
+    rung[#rung + 1] = ARGV[i]
+  end
+  redis.call('XACK', bell, group, unpack(rung))
+  redis.call('XDEL', bell, unpack(rung))
+end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,6 +42,9 @@ for _, parked_id in ipairs(due) do
     end
     if message_id and count then
       redis.call('HSET', origins, new_id, message_id .. '/' .. count)
+    end
+    if message_id then
+      redis.call('HSET', moved, message_id, 's' .. new_id)
     end
   end
   redis.call('XDEL', parked, parked_id)

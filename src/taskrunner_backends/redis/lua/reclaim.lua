@@ -1,7 +1,7 @@
 -- Take over lapsed leases, each judged by its holder's own lease, following a cursor.
 --
 -- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset (unused), 4 parked (unused),
---       5 origins hash
+--       5 origins hash, 6 doorbell (unused), 7 moved hash, 8 uniques (unused)
 -- ARGV: 1 group, 2 consumer (with its lease suffix), 3 lease ms assumed for holders
 --       whose name carries none, 4 count, 5 cursor ("0-0": from the start),
 --       6 PEL entries to scan at most
@@ -13,7 +13,7 @@
 -- min-idle-time is the claim; the whole scan runs in one script, so no heartbeat can
 -- slip between the check and the claim.
 
-local stream, dead, origins = KEYS[1], KEYS[2], KEYS[5]
+local stream, dead, origins, moved = KEYS[1], KEYS[2], KEYS[5], KEYS[7]
 local group, consumer, default_lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local need, cursor, budget = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local GONE = 'payload removed from the stream while pending'
@@ -59,6 +59,7 @@ while need > 0 and scanned < budget do
             message_id, total = mid, count + tonumber(base)
           end
           redis.call('HDEL', origins, id)
+          redis.call('HDEL', moved, message_id)
         end
         redis.call('XADD', dead, '*', 'b', '', 'r', GONE, 'o', message_id, 'c', total, 't', now)
         deleted = deleted + 1

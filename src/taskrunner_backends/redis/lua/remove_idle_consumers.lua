@@ -1,7 +1,7 @@
 -- Delete consumers that own no pending entries and were inactive long enough, or
 -- (when names are given) the named ones that own no pending entries.
 --
--- KEYS: 1 stream
+-- KEYS: 1 stream, 2 doorbell stream
 -- ARGV: 1 group, 2 minimum inactivity in ms, then optional consumer names as callers
 --       know them (without the "~<lease ms>" suffix the backend appends)
 -- Returns the full names of the deleted consumers.
@@ -9,8 +9,13 @@
 -- XGROUP DELCONSUMER drops the consumer's pending entries with it, which would make
 -- them unclaimable; checking the pending count in the same script makes the check
 -- and the delete atomic, so a consumer that owns anything is never deleted.
+--
+-- The doorbell's group has consumers of the same names. Its pending entries are
+-- rings nobody will read again (a receive cancelled or crashed after its read): they
+-- are acked and deleted, and such consumers go by the same rule, whatever they hold.
+-- They are not reported (callers know only the queue's consumers).
 
-local stream, group, min_idle = KEYS[1], ARGV[1], tonumber(ARGV[2])
+local stream, bell, group, min_idle = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
 local named = nil
 if #ARGV > 2 then
   named = {}
@@ -18,29 +23,58 @@ if #ARGV > 2 then
     named[ARGV[i]] = true
   end
 end
+local function fields(c)
+  local m = {}
+  for i = 1, #c, 2 do
+    m[c[i]] = c[i + 1]
+  end
+  return m
+end
+
+local function chosen_by_rule(m)
+  if named then
+    local base = string.match(m['name'], '^(.*)~%d+$') or m['name']
+    return named[base] ~= nil
+  end
+  -- 7.2+ reports `inactive` (since the last successful interaction, -1 if never);
+  -- older servers only `idle`.
+  local idle = m['inactive']
+  if idle == nil or tonumber(idle) < 0 then
+    idle = m['idle']
+  end
+  return tonumber(idle) >= min_idle
+end
+
+local rings = redis.pcall('XINFO', 'CONSUMERS', bell, group)
+if not rings.err then
+  for _, c in ipairs(rings) do
+    local m = fields(c)
+    if chosen_by_rule(m) then
+      while true do
+        local left = redis.call('XPENDING', bell, group, '-', '+', 100, m['name'])
+        if #left == 0 then
+          break
+        end
+        local ids = {}
+        for _, p in ipairs(left) do
+          ids[#ids + 1] = p[1]
+        end
+        redis.call('XACK', bell, group, unpack(ids))
+        redis.call('XDEL', bell, unpack(ids))
+      end
+      redis.call('XGROUP', 'DELCONSUMER', bell, group, m['name'])
+    end
+  end
+end
+
 local consumers = redis.pcall('XINFO', 'CONSUMERS', stream, group)
 if consumers.err then
   return {}
 end
 local removed = {}
 for _, c in ipairs(consumers) do
-  local m = {}
-  for i = 1, #c, 2 do
-    m[c[i]] = c[i + 1]
-  end
-  local chosen
-  if named then
-    local base = string.match(m['name'], '^(.*)~%d+$') or m['name']
-    chosen = named[base] ~= nil
-  else
-    -- 7.2+ reports `inactive` (since the last successful interaction, -1 if never);
-    -- older servers only `idle`.
-    local idle = m['inactive']
-    if idle == nil or tonumber(idle) < 0 then
-      idle = m['idle']
-    end
-    chosen = tonumber(idle) >= min_idle
-  end
+  local m = fields(c)
+  local chosen = chosen_by_rule(m)
   if chosen and tonumber(m['pending']) == 0 then
     redis.call('XGROUP', 'DELCONSUMER', stream, group, m['name'])
     removed[#removed + 1] = m['name']

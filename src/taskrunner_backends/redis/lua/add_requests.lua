@@ -1,0 +1,126 @@
+-- Add messages with options: delayed (due time on the server's clock) and unique.
+--
+-- KEYS: 1 stream, 2 dead (unused), 3 delayed zset, 4 parked stream, 5 origins (unused),
+--       6 doorbell stream, 7 moved hash, 8 uniques zset
+-- ARGV: 1 group, 2 unique-key prefix, then 5 per request: mode ("r" ready, "d" delay
+--       in ms, "a" due at Unix seconds as text), value, unique key ("" none), unique
+--       ms ("" none, "0" not held), body
+-- Returns {message id, 1 added | 0 held by that message, ...}, one pair per request.
+--
+-- Each request's unique check and add run in this one script, so no other client can
+-- take the key in between. Ready messages are plain stream entries (their id is the
+-- message id). A delayed message waits in the parked stream under an id reserved from
+-- the queue stream's own sequence (XSETID moves the stream's last id past it, so no
+-- later XADD can produce it): delayed and plain message ids never collide. Its parked
+-- entry carries that id (i) and delivery count 0 (n), as released messages do, and
+-- `moved` maps the id to the parked entry so cancel can find it.
+
+local stream, delayed, parked = KEYS[1], KEYS[3], KEYS[4]
+local bell, moved, uniques = KEYS[6], KEYS[7], KEYS[8]
+local group, uprefix = ARGV[1], ARGV[2]
+local MAX_MS = 4503599627370496
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- The stream's last generated id, as numbers; nil until first needed.
+local last_ms, last_seq = nil, nil
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local function reserve()
+  if last_ms == nil then
+    if redis.call('EXISTS', stream) == 0 then
+      -- XSETID needs the stream; the group is created at 0 exactly as a receive would.
+      redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+    end
+    local info = redis.call('XINFO', 'STREAM', stream)
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then
+        last_ms, last_seq = parse(info[i + 1])
+      end
+    end
+  end
+  if now > last_ms then
+    last_ms, last_seq = now, 0
+  else
+    last_seq = last_seq + 1
+  end
+  local id = string.format('%d-%d', last_ms, last_seq)
+  redis.call('XSETID', stream, id)
+  return id
+end
+
+local pruned = false
+local earliest = false   -- the earliest due time parked before this script, when read
+local ring = false
+local out = {}
+for i = 3, #ARGV, 5 do
+  local mode, value, ukey, ums, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local holder = nil
+  if ukey ~= '' then
+    if not pruned then
+      -- Index members of keys that expired on their own; keeps `uniques` bounded.
+      redis.call('ZREMRANGEBYSCORE', uniques, '-inf', now)
+      pruned = true
+    end
+    holder = redis.call('GET', uprefix .. ukey)
+  end
+  if holder then
+    out[#out + 1] = holder
+    out[#out + 1] = 0
+  else
+    local due = now
+    if mode == 'd' then
+      due = now + tonumber(value)
+    elseif mode == 'a' then
+      due = math.min(MAX_MS, math.ceil(tonumber(value) * 1000))
+    end
+    local fields = {'b', body}
+    if ukey ~= '' then
+      fields[3] = 'u'
+      fields[4] = ukey
+    end
+    local id
+    if due <= now then
+      id = redis.call('XADD', stream, '*', unpack(fields))
+      if last_ms ~= nil then
+        last_ms, last_seq = parse(id)
+      end
+    else
+      id = reserve()
+      fields[#fields + 1] = 'i'
+      fields[#fields + 1] = id
+      fields[#fields + 1] = 'n'
+      fields[#fields + 1] = '0'
+      if earliest == false then
+        local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+        earliest = (#first > 0) and tonumber(first[2]) or nil
+      end
+      if earliest == nil or due < earliest then
+        ring = true
+        earliest = due
+      end
+      local parked_id = redis.call('XADD', parked, '*', unpack(fields))
+      redis.call('ZADD', delayed, due, parked_id)
+      redis.call('HSET', moved, id, 'p' .. parked_id)
+    end
+    if ukey ~= '' and ums ~= '0' then
+      if ums == '' then
+        redis.call('SET', uprefix .. ukey, id)
+        redis.call('ZADD', uniques, '+inf', ukey)
+      else
+        redis.call('SET', uprefix .. ukey, id, 'PX', ums)
+        redis.call('ZADD', uniques, now + tonumber(ums), ukey)
+      end
+    end
+    out[#out + 1] = id
+    out[#out + 1] = 1
+  end
+end
+if ring then
+  -- Wakes one blocked receive, which re-runs its script and blocks until this due time.
+  redis.call('XADD', bell, 'MAXLEN', '~', 64, '*', 'r', '1')
+end
+return out
