@@ -32,7 +32,8 @@ async def server_ms(queue: RedisStreamsQueue) -> int:
 async def due_ms(queue: RedisStreamsQueue, message_id: str) -> int:
     """The due time (server ms) the backend recorded for a delayed message."""
     location = await queue._raw.call("moved", "HGET", queue.keys.moved, message_id)
-    assert location is not None and location.startswith(b"p"), location
+    assert location is not None
+    assert location.startswith(b"p"), location
     score = await queue._raw.call("score", "ZSCORE", queue.keys.delayed, location[1:])
     return int(float(score))
 
@@ -97,7 +98,8 @@ async def test_due_at_in_the_past_and_delay_zero_are_ready_at_once_as_plain_entr
     assert (stats.ready, stats.delayed) == (4, 0)
     got = await redis_queue.receive("c", max_messages=10, wait_seconds=0, lease_seconds=60)
     assert [(d.message_id, d.body, d.delivery_count) for d in got] == [
-        (a.message_id, body, 1) for a, body in zip(added, [b"past", b"now", b"zero", b"epoch"])
+        (a.message_id, body, 1)
+        for a, body in zip(added, [b"past", b"now", b"zero", b"epoch"], strict=True)
     ]
     # Plain entries: the message id is the stream entry id (no moved record).
     assert await redis_queue._raw.call("moved", "HLEN", redis_queue.keys.moved) == 0
