@@ -530,7 +530,7 @@ class SchedulingCases(ConformanceBase):
 
         The holders are never received, so only time can free their keys.
         """
-        part0 = s.require_scheduling("unique_add")
+        s.require_scheduling("unique_add")
         edges = Edges(s)
         lease = s.lease
         limits = (
@@ -551,7 +551,6 @@ class SchedulingCases(ConformanceBase):
         if edges.exact:
             await s.advance(100 * lease)
         await _held_by(part, "forever", holder, "with unique_seconds=None, long after")
-        assert part0 is not None
 
     # -- X46, X47: cancel ------------------------------------------------------------------
 
@@ -567,7 +566,7 @@ class SchedulingCases(ConformanceBase):
         """
         s.require_scheduling("cancel")
         other_part = s.require_scheduling("cancel", queue=await s.open())
-        part = scheduling_part(s)
+        part = s.require_scheduling()
         delay = s.lease / 4
         kept, retried = await s.add([b"kept", b"retried"])
         consumer = s.consumer("a")
@@ -784,12 +783,6 @@ class SchedulingCases(ConformanceBase):
                 raise AssertionError(f"{label}, not claimed, was accepted: {result!r}")
             assert await queue_state(s.queue) == before, f"the refused {label} added something"
         s.boundary(len(unclaimed))
-
-
-def scheduling_part(s: Scenario) -> Scheduling:
-    """The first handle's Scheduling part (the caller already checked its claims)."""
-    part = s.require_scheduling()
-    return part
 
 
 class _UniqueTrial:
