@@ -132,6 +132,7 @@ __all__ = [
     "PROMOTE_BATCH",
     "RECLAIM_SCAN_BUDGET",
     "STATS_PENDING_SAMPLE",
+    "SERVER_TICK_SECONDS",
     "RedisStreamsQueue",
     "ServerInfo",
     "check_server",
@@ -167,6 +168,11 @@ DELAYED_RECHECK_SECONDS = 1.0
 # instead of at the server's next cron tick. Under load, add the server's and the
 # caller's own delays; without any receive blocked, the next receive delivers it.
 DELAYED_LATENESS_SECONDS = 0.05
+
+# How late a server ends a BLOCK that expired (seconds): it checks timeouts at its cron
+# ticks, 1 / hz (hz 10 by default). Blocks that must end on time (a delayed message is
+# due about then) are ended by CLIENT UNBLOCK instead.
+SERVER_TICK_SECONDS = 0.1
 
 # Requests per `add_requests` script call (count); one round trip carries them all.
 ADD_REQUESTS_BATCH = 500
@@ -753,12 +759,13 @@ class RedisStreamsQueue:
             # Never block past the next due time known now (+1 ms: BLOCK rounds down), nor
             # long enough to miss one released by another client during the block.
             block = min(remaining, DELAYED_RECHECK_SECONDS)
-            due_limited = next_due_ms >= 0 and (next_due_ms + 1) / 1000 < block
-            if due_limited:
-                block = (next_due_ms + 1) / 1000
-            entries, rings = await self._blocking_read(
-                holder, max_messages, block, unblock=due_limited
-            )
+            if next_due_ms >= 0:
+                block = min(block, (next_due_ms + 1) / 1000)
+            # The server ends an expired BLOCK only at its next cron tick: when a message
+            # is due about when this block ends, end it on time (the next block, or the
+            # caller's next receive, then delivers it on time too).
+            unblock = 0 <= next_due_ms <= (block + SERVER_TICK_SECONDS) * 1000
+            entries, rings = await self._blocking_read(holder, max_messages, block, unblock=unblock)
             # Entries read after aclose stay leased until reclaimed; the caller is gone.
             self._check_open()
             if entries:
