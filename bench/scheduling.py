@@ -44,10 +44,10 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from throughput import delete_namespace, private_server, server_name  # noqa: E402
+from throughput import delete_namespace, private_server, server_name
 
-from taskrunner.queue import AddRequest  # noqa: E402
-from taskrunner_backends.redis import RedisStreamsQueue, open_from_url  # noqa: E402
+from taskrunner.queue import AddRequest
+from taskrunner_backends.redis import RedisStreamsQueue, open_from_url
 
 QUEUE_NAME = "bench-scheduling"
 BODY = b"x" * 200  # about a taskrunner envelope of a small task
