@@ -31,15 +31,55 @@ with no delay straight onto the stream, with a delay into a parked stream plus a
 sorted set keyed by the due time (server clock). `receive` promotes due messages
 in the same script that reads new entries and never blocks past the next due time,
 so a released message is redelivered no earlier than its delay and is never lost
-(it is in exactly one place at any instant). A message released by another client while
-a receive blocks is invisible to that XREADGROUP, so one blocking read lasts at most
-`DELAYED_RECHECK_SECONDS` before the script runs again. The re-added entry carries the
+(it is in exactly one place at any instant). A message parked by another client while
+a receive blocks is invisible to that XREADGROUP; the doorbell (below) wakes the
+receive, and as a fallback one blocking read lasts at most `DELAYED_RECHECK_SECONDS`
+before the script runs again. The re-added entry carries the
 original message id (field ``i``) and its delivery count so far (field ``n``): the
 `Delivery` keeps the message id `Queue.add` returned, and its delivery count goes on
 from where it was (+1). The price: a released message goes to the back of the queue,
 and the receipt's token names the current stream entry. The hash ``origins`` maps each
 re-added entry to its message id and earlier count until it completes, so a dead letter
 of an entry deleted underneath still names the right message.
+
+Scheduling (`add_requests`, `cancel`). One script per `ADD_REQUESTS_BATCH` requests,
+all sent in one round trip. A ready request is a plain stream entry. A delayed one is
+parked like a release with a delay, due at ``due_at * 1000`` or ``now + delay`` in
+milliseconds of the server's ``TIME``; its message id is reserved from the queue
+stream's own id sequence (``XSETID`` moves the stream's last id past it), so delayed
+and plain ids never collide and are never reused, even after a purge. The parked entry
+carries that id (``i``) and count 0 (``n``), so its delivery keeps the id and counts 1.
+A unique key is its own key ``u:<key>`` in the queue's slot holding the message id
+(``PX`` for ``unique_seconds``), checked and set in the add's script; the message
+carries the key (field ``u``), release and reclaim carry it along, and ack and dead-
+letter free it in the fenced script only if it still names the message (receipts of
+such messages say so in their token, so a plain ack reads nothing more). The
+``uniques`` index lets purge and delete_queue free them without SCAN. The hash
+``moved`` maps every message whose entry id is not its id (delayed adds, released
+messages) to where it is now; `cancel` uses it and removes a message only when it is
+parked or newer than the group's last-delivered id (never read, so in no PEL), in
+one script with the key's release. Plain messages' ack and receive are as before.
+
+Promptness: the doorbell. A receive blocks in one XREADGROUP on the stream *and* the
+``bell`` stream (its group is created with the queue's). A script that parks a message
+due earlier than every message parked before rings it once (one XADD; a burst of
+delayed adds rings once), which wakes one blocked receive; that receive acks the ring
+in its next script call (no extra round trip) and blocks until the new due time. A
+server ends an expired BLOCK only at its next cron tick (100 ms at ``hz 10``), so a
+block that ends near a due time is ended by ``CLIENT UNBLOCK`` from another connection
+(`SERVER_TICK_SECONDS`). Result: a delayed message is delivered at most
+`DELAYED_LATENESS_SECONDS` (50 ms; measured 4-5 ms) after its due time to a receive
+that was already blocking, on a server under no load. A woken receive that returns
+before the due time rings again to hand it on; a receive that crashed or was cancelled
+holding a ring leaves it pending in the bell's group, where `remove_consumers` and
+`remove_idle_consumers` clear it, and the others still recheck every
+`DELAYED_RECHECK_SECONDS`. Rings never count in `stats` or `len`.
+
+Leadership. One hash ``leaders`` holds each election's lease as ``token|expiry
+ms|holder`` (server clock); the field outlives the lease, so a retake after a lapse or
+a new holder gets the previous token + 1 and a lapsed lease nobody took still renews.
+``fire`` checks the token and the schedule's last instant (hash ``fired``) and XADDs
+the body in one script. delete_queue deletes both (tokens then start again at 1).
 
 Reclaim. `reclaim` pages through the PEL with ``XPENDING`` from a cursor kept on the
 queue object (restarting at the oldest entry when it reaches the end), at most
