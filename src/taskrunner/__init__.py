@@ -11,6 +11,10 @@ Define tasks on an `App`, dispatch them with a `Producer`, run them with a `Runn
     async with taskrunner.open_queue("memory://", app.queue) as queue:
         await taskrunner.Producer(queue, app).dispatch(send_email, Email(to="ada@example.com"))
         await taskrunner.Runner(queue, app).run(burst=True)
+
+Delayed and unique dispatch, cancellation and periodic schedules (``app.schedule``,
+fired once per instant by an elected leader among the workers) are described in
+docs/scheduling.md; `taskrunner.leader` is the election as a building block.
 """
 
 from taskrunner.app import App, Task
@@ -30,30 +34,41 @@ from taskrunner.errors import (
     TaskrunnerError,
     TaskTimeoutError,
     UnknownTaskError,
+    UnsupportedFeatureError,
     UnsupportedServerError,
 )
 from taskrunner.failure import FailedTaskHandler, TaskFailure
 from taskrunner.messages import Envelope
-from taskrunner.producer import Producer
+from taskrunner.leader import LeaderElector
+from taskrunner.producer import Dispatched, Producer
 from taskrunner.queue import (
+    AddRequest,
+    Added,
     Capabilities,
     ConsumerCleanup,
     ConsumerStats,
     DeadLetter,
     Delivery,
+    FireRecord,
+    LeaderLease,
+    Leadership,
     Queue,
     QueueAdmin,
     QueueStats,
     Receipt,
+    Scheduling,
     WorkerInfo,
     WorkerRegistry,
 )
 from taskrunner.redaction import mask_url
 from taskrunner.runner import Runner
+from taskrunner.schedules import Schedule
 from taskrunner.stats import RunnerStats, TaskStats
 
 __all__ = [
     "DEFAULT_URL",
+    "AddRequest",
+    "Added",
     "App",
     "BackendError",
     "BackendUnavailableError",
@@ -65,8 +80,13 @@ __all__ = [
     "DeadLetter",
     "DecodeError",
     "Delivery",
+    "Dispatched",
     "Envelope",
     "FailedTaskHandler",
+    "FireRecord",
+    "LeaderElector",
+    "LeaderLease",
+    "Leadership",
     "MessageError",
     "PayloadTooLargeError",
     "PayloadValidationError",
@@ -79,6 +99,8 @@ __all__ = [
     "Runner",
     "RunnerConfig",
     "RunnerStats",
+    "Schedule",
+    "Scheduling",
     "SystemClock",
     "Task",
     "TaskContext",
@@ -88,6 +110,7 @@ __all__ = [
     "TaskrunnerError",
     "TuningConfig",
     "UnknownTaskError",
+    "UnsupportedFeatureError",
     "UnsupportedServerError",
     "WorkerInfo",
     "WorkerRegistry",

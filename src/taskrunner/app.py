@@ -22,12 +22,16 @@ are validated against it on dispatch and again on execution.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
 from typing import Any, Generic, TypeVar, get_type_hints, overload
 
-from taskrunner.codec import PayloadCodec
+from taskrunner.codec import PayloadCodec, encode_envelope
 from taskrunner.errors import ConfigurationError, UnknownTaskError
+from taskrunner.messages import Envelope
+from taskrunner.schedules import CatchUp, Schedule, Timing, check_catch_up
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "App", "Task"]
 
@@ -39,6 +43,10 @@ DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 # Queue names become part of backend keys (a Redis hash tag), so braces and spaces are out.
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 _TASK_NAME = re.compile(r"^[^\s{}]{1,200}$")
+_SCHEDULE_NAME = re.compile(r"^[^\s{}]{1,200}$")
+
+UniqueKeyFunc = Callable[[Any], str]
+"""Makes a task's default unique key from its payload (the task name is prefixed)."""
 
 
 class Task(Generic[PayloadT]):
@@ -56,6 +64,13 @@ class Task(Generic[PayloadT]):
         max_retries: Retries after the first failed attempt (None: the runner's default).
         timeout_seconds: Time limit of one attempt (None: the runner's default).
         codec: Validates and (de)serialises this task's payloads.
+        unique_for: Seconds a dispatch's unique key is held at most (None: until the
+            message's final outcome); only used when the task is unique.
+        unique_key: Makes the default unique key from the payload, or None.
+        is_unique: Whether a dispatch without an explicit ``unique_key`` is unique
+            (``unique_for`` or ``unique_key`` was given). Its key is the task name, a
+            colon and ``unique_key(payload)``, or without that function the task name,
+            a colon and the SHA-256 of the encoded payload JSON.
     """
 
     def __init__(
@@ -65,6 +80,8 @@ class Task(Generic[PayloadT]):
         name: str,
         max_retries: int | None,
         timeout_seconds: float | None,
+        unique_for: float | timedelta | None = None,
+        unique_key: UniqueKeyFunc | None = None,
     ) -> None:
         if not _TASK_NAME.match(name):
             raise ConfigurationError(
@@ -81,6 +98,14 @@ class Task(Generic[PayloadT]):
                 f"task {name!r}: timeout_seconds={timeout_seconds} must be > 0 (or None)",
                 setting="timeout_seconds",
             )
+        if unique_key is not None and not callable(unique_key):
+            raise ConfigurationError(
+                f"task {name!r}: unique_key must be a function of the payload",
+                setting="unique_key",
+            )
+        self.unique_for = _unique_seconds(name, unique_for)
+        self.unique_key = unique_key
+        self.is_unique = unique_for is not None or unique_key is not None
         self.name = name
         self.func = func
         self.is_async = inspect.iscoroutinefunction(func)
@@ -121,11 +146,99 @@ class App:
         self.queue = queue
         self.max_message_bytes = max_message_bytes
         self._tasks: dict[str, Task[Any]] = {}
+        self._schedules: dict[str, Schedule] = {}
 
     @property
     def tasks(self) -> Mapping[str, Task[Any]]:
         """Registered tasks by name (read-only view)."""
         return self._tasks
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]:
+        """Periodic schedules by name (read-only view)."""
+        return self._schedules
+
+    def schedule(
+        self,
+        name: str,
+        task: Task[Any] | str,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        payload: Any = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp = "latest",
+    ) -> Schedule:
+        """Fire `task` with `payload` periodically, from whichever worker leads.
+
+        Every `taskrunner.Runner` of this app on a backend with ``leadership`` runs
+        a scheduler; one of them is elected leader and fires each due instant exactly
+        once (see docs/scheduling.md for the guarantees and their limits). The task
+        sees the instant as ``taskrunner.current_task().scheduled_for``.
+
+        Args:
+            name: Unique per app; fire records are kept under it, so renaming a
+                schedule starts it afresh.
+            task: The task (or its registered name).
+            cron: A cron expression read in `timezone`: 5 fields (minute hour
+                day-of-month month day-of-week), or 6 with a leading seconds field.
+            every: A fixed period (>= 1 s); instants are its multiples since the Unix
+                epoch. Exactly one of `cron` and `every`.
+            payload: The payload each run gets, validated now against the task's type.
+            timezone: IANA zone of the cron expression (default UTC).
+            catch_up: Instants missed while no leader ran: ``"latest"`` fires the most
+                recent one, ``"all"`` fires each in order (at most 1000, the latest),
+                ``"none"`` skips them. A schedule never fired starts with its first
+                instant after a leader first sees it.
+
+        Raises:
+            ConfigurationError: A bad or duplicate name, both or neither of `cron`
+                and `every`, a bad expression or period, an unknown zone or policy.
+            UnknownTaskError: `task` is a name no task has.
+            PayloadValidationError: `payload` does not match the task's type.
+            PayloadTooLargeError: The message would exceed ``max_message_bytes``.
+        """
+        checked: Any = name
+        if not isinstance(checked, str) or not _SCHEDULE_NAME.match(checked):
+            raise ConfigurationError(
+                f"schedule name {name!r} must be 1-200 characters without spaces or braces",
+                setting="name",
+            )
+        if name in self._schedules:
+            raise ConfigurationError(
+                f"a schedule named {name!r} is already defined on queue {self.queue!r}",
+                setting="name",
+            )
+        resolved = self.get_task(task) if isinstance(task, str) else task
+        if self._tasks.get(resolved.name) is not resolved:
+            raise ConfigurationError(
+                f"schedule {name!r}: task {resolved.name!r} is not registered on this app",
+                setting="task",
+            )
+        timing = Timing.build(name, cron=cron, every=every, timezone=timezone)
+        policy = check_catch_up(name, catch_up)
+        encoded = resolved.codec.encode(payload)
+        # Size-checked now, with an envelope as large as a firing makes, so a schedule
+        # never fails at its first instant.
+        encode_envelope(
+            Envelope(
+                id="0" * 32,
+                task=resolved.name,
+                payload=encoded,
+                enqueued_at=4e9,
+                scheduled_for=4e9,
+            ),
+            max_bytes=self.max_message_bytes,
+        )
+        schedule = Schedule(
+            name=name,
+            task_name=resolved.name,
+            payload=bytes(encoded),
+            timing=timing,
+            catch_up=policy,
+        )
+        self._schedules[name] = schedule
+        return schedule
 
     def get_task(self, name: str) -> Task[Any]:
         """The task registered under `name`.
@@ -157,6 +270,8 @@ class App:
         name: str | None = None,
         max_retries: int | None = None,
         timeout_seconds: float | None = None,
+        unique_for: float | timedelta | None = None,
+        unique_key: UniqueKeyFunc | None = None,
     ) -> _TaskDecorator: ...
 
     def task(
@@ -167,6 +282,8 @@ class App:
         name: str | None = None,
         max_retries: int | None = None,
         timeout_seconds: float | None = None,
+        unique_for: float | timedelta | None = None,
+        unique_key: UniqueKeyFunc | None = None,
     ) -> Task[Any] | _TaskDecorator:
         """Register a function as a task; use as ``@app.task`` or ``@app.task(...)``.
 
@@ -175,6 +292,11 @@ class App:
             name: Name on the wire; defaults to ``module.qualname`` of the function.
             max_retries: Retries after the first failed attempt; 0 means none.
             timeout_seconds: Time limit of one attempt.
+            unique_for: Makes every dispatch unique by default, its key held at most
+                this long (seconds or a timedelta) after the dispatch; see
+                `Producer.dispatch`.
+            unique_key: Makes every dispatch unique by default, keyed by
+                ``f"{task name}:{unique_key(payload)}"``.
 
         Raises:
             ConfigurationError: A bad name or setting, or a name registered twice.
@@ -182,7 +304,12 @@ class App:
                 payload type cannot be represented as JSON.
         """
         decorator = _TaskDecorator(
-            self, name=name, max_retries=max_retries, timeout_seconds=timeout_seconds
+            self,
+            name=name,
+            max_retries=max_retries,
+            timeout_seconds=timeout_seconds,
+            unique_for=unique_for,
+            unique_key=unique_key,
         )
         return decorator if func is None else decorator(func)
 
@@ -203,11 +330,15 @@ class _TaskDecorator:
         name: str | None,
         max_retries: int | None,
         timeout_seconds: float | None,
+        unique_for: float | timedelta | None,
+        unique_key: UniqueKeyFunc | None,
     ) -> None:
         self._app = app
         self._name = name
         self._max_retries = max_retries
         self._timeout_seconds = timeout_seconds
+        self._unique_for = unique_for
+        self._unique_key = unique_key
 
     @overload
     def __call__(self, func: Callable[[], Awaitable[Any]], /) -> Task[None]: ...
@@ -225,9 +356,29 @@ class _TaskDecorator:
             name=name,
             max_retries=self._max_retries,
             timeout_seconds=self._timeout_seconds,
+            unique_for=self._unique_for,
+            unique_key=self._unique_key,
         )
         self._app._register(task)
         return task
+
+
+def _unique_seconds(name: str, value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    seconds: Any = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or not seconds > 0
+    ):
+        raise ConfigurationError(
+            f"task {name!r}: unique_for={value!r} must be a positive number of seconds "
+            "or a timedelta",
+            setting="unique_for",
+        )
+    return float(seconds)
 
 
 def _payload_type(func: Callable[..., Any], name: str) -> tuple[bool, Any]:

@@ -103,6 +103,9 @@ class RunnerConfig:
         long_queue_hook: Called with the predicted wait when it exceeds the threshold.
         monitor_interval_seconds: How often the runner reads the backlog, publishes
             itself in the worker registry and recomputes the predicted wait (> 0).
+        leader_ttl_seconds: Lease of the scheduler's elected leader (> 0), when the
+            app has periodic schedules: renewed every third of it; a leader that dies
+            is replaced within about 4/3 of it.
     """
 
     num_fetchers: int = 1
@@ -123,6 +126,7 @@ class RunnerConfig:
     long_queue_threshold_seconds: float | None = None
     long_queue_hook: LongQueueHook | None = None
     monitor_interval_seconds: float = 2.0
+    leader_ttl_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         _check_int(self, "num_fetchers", minimum=1, maximum=MAX_FETCHERS)
@@ -176,6 +180,7 @@ class RunnerConfig:
         _check_callable(self, "failed_task_handler")
         _check_callable(self, "long_queue_hook")
         _check_float(self, "monitor_interval_seconds", positive=True)
+        _check_float(self, "leader_ttl_seconds", positive=True)
         if self.long_queue_threshold_seconds is not None:
             _check_float(self, "long_queue_threshold_seconds", positive=True)
         if (self.long_queue_hook is None) != (self.long_queue_threshold_seconds is None):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
 
 __all__ = ["TaskContext", "current_task"]
 
@@ -28,6 +29,9 @@ class TaskContext:
         max_attempts: Attempts the task is allowed in total (max_retries + 1).
         consumer: The consumer name holding the lease.
         headers: The envelope's headers.
+        scheduled_for: For a run fired by a periodic schedule, the instant it was
+            fired for (an aware UTC datetime, exact to the schedule, not when the
+            message was sent); None for an ordinary dispatch.
     """
 
     task_name: str
@@ -37,6 +41,7 @@ class TaskContext:
     max_attempts: int
     consumer: str
     headers: dict[str, str] = field(default_factory=dict)
+    scheduled_for: datetime | None = None
 
     @property
     def is_last_attempt(self) -> bool:

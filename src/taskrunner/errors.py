@@ -35,6 +35,7 @@ __all__ = [
     "TaskTimeoutError",
     "TaskrunnerError",
     "UnknownTaskError",
+    "UnsupportedFeatureError",
     "UnsupportedServerError",
 ]
 
@@ -55,6 +56,22 @@ class ConfigurationError(TaskrunnerError, ValueError):
     def __init__(self, message: str, *, setting: str | None = None) -> None:
         super().__init__(message)
         self.setting = setting
+
+
+class UnsupportedFeatureError(ConfigurationError):
+    """The backend does not offer what a call asked for; nothing was sent.
+
+    A delayed or unique dispatch, or cancel, on a backend without the capability.
+
+    Attributes:
+        backend: The backend's class name.
+        capability: The `Capabilities` flag it does not claim.
+    """
+
+    def __init__(self, message: str, *, backend: str, capability: str) -> None:
+        super().__init__(message, setting=capability)
+        self.backend = backend
+        self.capability = capability
 
 
 class BackendError(TaskrunnerError):

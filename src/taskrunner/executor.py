@@ -32,8 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from taskrunner.acker import Acker
@@ -142,6 +144,7 @@ class Executor:
             max_attempts=attempts,
             consumer=delivery.receipt.consumer,
             headers=dict(envelope.headers),
+            scheduled_for=_instant(envelope.scheduled_for),
         )
         started = self._clock.monotonic()
         error: BaseException | None = None
@@ -490,3 +493,11 @@ def _shorten(text: str) -> str:
 def _storable(text: str) -> str:
     """`text` with lone surrogates written as backslash escapes: text UTF-8 can encode."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _instant(seconds: float | None) -> datetime | None:
+    # A finite check: the envelope is data from the wire, and fromtimestamp raises on
+    # values out of range, which must not turn into a failed task.
+    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds < 253_402_300_800:
+        return None
+    return datetime.fromtimestamp(seconds, UTC)

@@ -33,6 +33,9 @@ class Envelope(
         payload: The payload as JSON, decoded only once the task (and its type) is known.
         enqueued_at: Wall-clock time of dispatch, Unix seconds.
         headers: Free-form string metadata (trace context, correlation ids).
+        scheduled_for: The instant (Unix seconds) a periodic schedule fired this run
+            for; None for an ordinary dispatch. Added with issue 11; older messages
+            decode with None.
     """
 
     id: str
@@ -40,3 +43,4 @@ class Envelope(
     payload: msgspec.Raw
     enqueued_at: float
     headers: dict[str, str] = {}
+    scheduled_for: float | None = None

@@ -5,21 +5,53 @@ Example::
     producer = taskrunner.Producer(queue, app)
     message_id = await producer.dispatch(send_email, Email(to="ada@example.com"))
     ids = await producer.dispatch_many(send_email, [Email(to=a) for a in addresses])
+    later = await producer.dispatch(send_email, email, delay=30)        # in 30 s
+    once = await producer.dispatch(send_invoice, inv, unique_key="invoice-42")
+    if not once.added: ...                  # a message with that key was already there
+    await producer.cancel(later)            # True: removed before it ran
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from taskrunner.app import App, Task
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.codec import encode_envelope
+from taskrunner.errors import UnsupportedFeatureError
 from taskrunner.messages import Envelope
-from taskrunner.queue import Queue
+from taskrunner.queue import AddRequest, Queue, Scheduling, scheduling_of
 
-__all__ = ["Producer", "encode_message"]
+__all__ = ["Dispatched", "Producer", "encode_message"]
+
+Delay = float | timedelta
+
+
+class Dispatched(str):
+    """The message id `Producer.dispatch` returns: a `str`, plus whether it added.
+
+    Code that treats the result as the message id keeps working; ``added`` is False
+    when a unique dispatch found its key held and added nothing, in which case the id
+    is the holding message's.
+    """
+
+    __slots__ = ("added",)
+    added: bool
+
+    def __new__(cls, message_id: str, *, added: bool = True) -> Dispatched:
+        """The id `message_id`, with its `added` flag."""
+        self = super().__new__(cls, message_id)
+        self.added = added
+        return self
+
+    def __repr__(self) -> str:
+        return f"Dispatched({str(self)!r}, added={self.added})"
+
 
 PayloadT = TypeVar("PayloadT")
 
@@ -48,16 +80,37 @@ class Producer:
 
     @overload
     async def dispatch(
-        self, task: Task[PayloadT], payload: PayloadT, *, headers: Mapping[str, str] | None = None
-    ) -> str: ...
+        self,
+        task: Task[PayloadT],
+        payload: PayloadT,
+        *,
+        headers: Mapping[str, str] | None = None,
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        unique_key: str | None = None,
+    ) -> Dispatched: ...
     @overload
     async def dispatch(
-        self, task: Task[None], payload: None = None, *, headers: Mapping[str, str] | None = None
-    ) -> str: ...
+        self,
+        task: Task[None],
+        payload: None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        unique_key: str | None = None,
+    ) -> Dispatched: ...
     @overload
     async def dispatch(
-        self, task: str, payload: Any = None, *, headers: Mapping[str, str] | None = None
-    ) -> str: ...
+        self,
+        task: str,
+        payload: Any = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        unique_key: str | None = None,
+    ) -> Dispatched: ...
 
     async def dispatch(
         self,
@@ -65,18 +118,44 @@ class Producer:
         payload: Any = None,
         *,
         headers: Mapping[str, str] | None = None,
-    ) -> str:
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        unique_key: str | None = None,
+    ) -> Dispatched:
         """Enqueue one run of `task` with `payload`; returns the backend's message id.
+
+        Args:
+            task: The task, or its registered name.
+            payload: Validated against the task's payload type before anything is sent.
+            headers: String metadata carried with the message.
+            delay: Not delivered before this long from now (seconds or a timedelta,
+                measured on the backend's clock; 0 = at once).
+            at: Not delivered before this instant (an aware datetime; compared with
+                the backend's wall clock; in the past = at once). Not with `delay`.
+            unique_key: Adds nothing while a message dispatched with this key is
+                queued, delayed or running: the result is then that message's id with
+                ``added=False``. The key is used as given, scoped to the queue. Without
+                it, a task declared with ``unique_for``/``unique_key`` makes its own
+                key (see `App.task`); its ``unique_for`` bounds how long the key is held.
+
+        Returns:
+            The message id (a `Dispatched`, a `str` with ``added``).
 
         Raises:
             UnknownTaskError: `task` is a name no task of the app has.
             PayloadValidationError: The payload does not match the task's type.
             PayloadTooLargeError: The encoded message exceeds the app's limit.
+            ValueError: A negative or non-finite delay, a naive `at`, both `delay` and
+                `at`, or an empty unique key.
+            UnsupportedFeatureError: The backend does not offer delayed or unique
+                dispatch; nothing was sent.
             BackendUnavailableError: The backend could not be reached.
         """
-        body = self.encode(task, payload, headers=headers)
-        (message_id,) = await self._queue.add([body])
-        return message_id
+        resolved = self._app.get_task(task) if isinstance(task, str) else task
+        (result,) = await self._send(
+            resolved, [payload], headers=headers, delay=delay, at=at, unique_key=unique_key
+        )
+        return result
 
     async def dispatch_many(
         self,
@@ -84,21 +163,114 @@ class Producer:
         payloads: Iterable[PayloadT],
         *,
         headers: Mapping[str, str] | None = None,
-    ) -> list[str]:
+        delay: Delay | None = None,
+        at: datetime | None = None,
+        unique_key: str | None = None,
+    ) -> list[Dispatched]:
         """Enqueue one run of `task` per payload; returns message ids in order.
 
         Every payload is validated before the first message is sent. Messages are
-        sent in chunks, one backend round trip per chunk.
+        sent in chunks, one backend round trip per chunk. `delay`, `at` and
+        `unique_key` apply to every message as in `dispatch` (one `unique_key` for
+        all adds only the first; a unique task's own keys are per payload).
 
         Raises:
             The same errors as `dispatch`. On `BackendUnavailableError` some chunks may
             have been added.
         """
+        resolved = self._app.get_task(task) if isinstance(task, str) else task
+        return await self._send(
+            resolved, list(payloads), headers=headers, delay=delay, at=at, unique_key=unique_key
+        )
+
+    async def cancel(self, message_id: str) -> bool:
+        """Remove a queued or delayed message so it never runs; returns whether it did.
+
+        A message whose task is running is not interrupted (False), nor is one that
+        completed, was dead-lettered, already cancelled or is unknown (False). A removed
+        message's unique key is freed.
+
+        Raises:
+            UnsupportedFeatureError: The backend does not offer cancel.
+            BackendUnavailableError: The backend could not be reached.
+        """
+        (removed,) = await self.cancel_many([message_id])
+        return removed
+
+    async def cancel_many(self, message_ids: Sequence[str]) -> list[bool]:
+        """`cancel` for several ids in one round trip; one flag per id, in order."""
+        if isinstance(message_ids, str):
+            raise TypeError("cancel_many takes a sequence of message ids, not one str")
+        ids = list(message_ids)
+        for message_id in ids:
+            if not isinstance(message_id, str):
+                raise TypeError(f"a message id must be a str, got {type(message_id).__name__}")
+        part = self._scheduling("cancel", "cancel")
+        if not ids:
+            return []
+        return await part.cancel(ids)
+
+    async def _send(
+        self,
+        task: Task[Any],
+        payloads: list[Any],
+        *,
+        headers: Mapping[str, str] | None,
+        delay: Delay | None,
+        at: datetime | None,
+        unique_key: str | None,
+    ) -> list[Dispatched]:
+        delay_seconds, due_at = _when(delay, at)
+        key: Any = unique_key
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ValueError(f"unique_key must be a non-empty str, got {unique_key!r}")
+        unique = unique_key is not None or task.is_unique
         bodies = [self.encode(task, payload, headers=headers) for payload in payloads]
-        ids: list[str] = []
-        for start in range(0, len(bodies), _ADD_CHUNK):
-            ids.extend(await self._queue.add(bodies[start : start + _ADD_CHUNK]))
-        return ids
+        if not unique and delay_seconds == 0.0 and due_at is None:
+            # The hot path: plain dispatches keep using Queue.add.
+            ids: list[str] = []
+            for start in range(0, len(bodies), _ADD_CHUNK):
+                ids.extend(await self._queue.add(bodies[start : start + _ADD_CHUNK]))
+            return [Dispatched(message_id) for message_id in ids]
+        part = self._parts(delayed=delay_seconds > 0 or due_at is not None, unique=unique)
+        unique_seconds = task.unique_for if unique else None
+        requests = [
+            AddRequest(
+                body=body,
+                delay_seconds=delay_seconds,
+                due_at=due_at,
+                unique_key=(None if not unique else unique_key or _default_key(task, payload)),
+                unique_seconds=unique_seconds,
+            )
+            for payload, body in zip(payloads, bodies, strict=True)
+        ]
+        results: list[Dispatched] = []
+        for start in range(0, len(requests), _ADD_CHUNK):
+            added = await part.add_requests(requests[start : start + _ADD_CHUNK])
+            results.extend(Dispatched(a.message_id, added=a.added) for a in added)
+        return results
+
+    def _parts(self, *, delayed: bool, unique: bool) -> Scheduling:
+        part: Scheduling | None = None
+        if delayed:
+            part = self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
+        if unique:
+            part = self._scheduling("unique_add", "unique dispatch")
+        assert part is not None  # called only for a delayed or unique dispatch
+        return part
+
+    def _scheduling(self, capability: str, what: str) -> Scheduling:
+        part = scheduling_of(self._queue)
+        claimed = bool(getattr(self._queue.capabilities, capability, False))
+        if part is None or not claimed:
+            backend = type(self._queue).__name__
+            raise UnsupportedFeatureError(
+                f"{what} needs a backend with the {capability!r} capability; {backend} "
+                "does not offer it",
+                backend=backend,
+                capability=capability,
+            )
+        return part
 
     def encode(
         self, task: Task[Any] | str, payload: Any, *, headers: Mapping[str, str] | None = None
@@ -131,3 +303,38 @@ def encode_message(
         headers=dict(headers) if headers else {},
     )
     return encode_envelope(envelope, max_bytes=app.max_message_bytes)
+
+
+def _when(delay: Delay | None, at: datetime | None) -> tuple[float, float | None]:
+    """`delay` and `at`, checked, as `AddRequest.delay_seconds` and `due_at`."""
+    if delay is not None and at is not None:
+        raise ValueError("give delay= or at=, not both")
+    if at is not None:
+        if not isinstance(at, datetime):
+            raise TypeError(f"at must be a datetime, got {type(at).__name__}")
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise ValueError(
+                f"at={at.isoformat()} is naive: give a timezone-aware datetime "
+                "(e.g. datetime(..., tzinfo=timezone.utc)) so the instant is unambiguous"
+            )
+        return 0.0, at.timestamp()
+    if delay is None:
+        return 0.0, None
+    seconds: Any = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"delay must be seconds or a timedelta, got {type(delay).__name__}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"delay={delay!r} must be finite and >= 0")
+    return float(seconds), None
+
+
+def _default_key(task: Task[Any], payload: Any) -> str:
+    """A unique task's own key: ``name:fn(payload)``, or ``name:sha256(payload JSON)``."""
+    if task.unique_key is not None:
+        made: Any = task.unique_key(payload)
+        if not isinstance(made, str) or not made:
+            raise ValueError(
+                f"task {task.name!r}: unique_key(payload) must return a non-empty str, got {made!r}"
+            )
+        return f"{task.name}:{made}"
+    return f"{task.name}:{hashlib.sha256(bytes(task.codec.encode(payload))).hexdigest()}"

@@ -48,9 +48,10 @@ from taskrunner.leases import Lease, LeaseTable, adopt
 from taskrunner.logs import log_fields
 from taskrunner.monitor import Monitor
 from taskrunner.pool import WorkerPool
-from taskrunner.queue import Delivery, Queue
+from taskrunner.queue import Delivery, Queue, leadership_of
 from taskrunner.reclaimer import Reclaimer
 from taskrunner.reconnect import ReconnectGate
+from taskrunner.scheduler import Scheduler
 from taskrunner.stats import RunnerStats, StatsRecorder
 from taskrunner.tuning import Autoscaler
 
@@ -80,6 +81,10 @@ class Runner:
       failed-task handler once, or dead-lettered with a reason; none is dropped.
     * `run` returns only after every task it started has finished or been cancelled
       and its message acked or released.
+    * When the app has periodic schedules and the backend offers ``leadership``, the
+      runner campaigns for the queue's scheduler leadership and, while it leads,
+      fires each due instant (exactly once across all runners; see
+      docs/scheduling.md). Not in burst mode. `stop` resigns the leadership first.
 
     Args:
         queue: The backend to consume.
@@ -131,6 +136,7 @@ class Runner:
         self._tg: asyncio.TaskGroup | None = None
         self._started = False
         self.fetchers: list[Fetcher] = []
+        self.scheduler = self._make_scheduler()
         tuning = self.config.tuning
         self.autoscaler = (
             None if tuning is None else Autoscaler(self._pool, tuning, clock=self._clock)
@@ -268,6 +274,9 @@ class Runner:
                 ]
                 if burst:
                     background.append(tg.create_task(self._watch_burst(), name="taskrunner:burst"))
+                scheduling: asyncio.Task[None] | None = None
+                if self.scheduler is not None and not burst:
+                    scheduling = tg.create_task(self.scheduler.run(), name="taskrunner:schedules")
                 self._ready.set()
                 _log.info(
                     "worker started: queue %r, %d fetcher(s), %d worker(s), consumers %s",
@@ -277,7 +286,12 @@ class Runner:
                     self._incarnation,
                 )
                 await self._stop_requested.wait()
+                if self.scheduler is not None:
+                    # First, so another worker takes the leadership while this drains.
+                    self.scheduler.stop()
                 await self._shut_down(fetchers, reclaimer)
+                if scheduling is not None:
+                    await scheduling
                 self._acker.close()
                 await acker
                 for task in background:
@@ -287,6 +301,25 @@ class Runner:
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
             log_fields(_log, logging.INFO, "worker stopped", _stop_fields(self.stats()))
+
+    def _make_scheduler(self) -> Scheduler | None:
+        if not self._app.schedules:
+            return None
+        if leadership_of(self._queue) is None or not self._queue.capabilities.leadership:
+            _log.warning(
+                "the app has %d schedule(s), but %s offers no leadership: this worker "
+                "does not fire them",
+                len(self._app.schedules),
+                type(self._queue).__name__,
+            )
+            return None
+        return Scheduler(
+            self._queue,
+            self._app,
+            holder=self._incarnation,
+            ttl_seconds=self.config.leader_ttl_seconds,
+            clock=self._clock,
+        )
 
     async def _forget_consumers(self) -> None:
         # Consumer names are unique per run, so the backend would otherwise keep this
