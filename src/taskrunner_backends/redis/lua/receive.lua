@@ -27,28 +27,42 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
-for _, parked_id in ipairs(due) do
-  local r = redis.call('XRANGE', parked, parked_id, parked_id)
-  if #r > 0 then
-    local fields = r[1][2]
-    local new_id = redis.call('XADD', stream, '*', unpack(fields))
-    local message_id, count = nil, nil
-    for i = 1, #fields, 2 do
-      if fields[i] == 'i' then
-        message_id = fields[i + 1]
-      elseif fields[i] == 'n' then
-        count = fields[i + 1]
+if #due > 0 then
+  -- One command per batch for the removals and the maps: a burst of messages due at
+  -- once is promoted at two commands per message (read, add).
+  local origin_pairs, moved_pairs = {}, {}
+  for _, parked_id in ipairs(due) do
+    local r = redis.call('XRANGE', parked, parked_id, parked_id)
+    if #r > 0 then
+      local fields = r[1][2]
+      local new_id = redis.call('XADD', stream, '*', unpack(fields))
+      local message_id, count = nil, nil
+      for i = 1, #fields, 2 do
+        if fields[i] == 'i' then
+          message_id = fields[i + 1]
+        elseif fields[i] == 'n' then
+          count = fields[i + 1]
+        end
+      end
+      if message_id and count then
+        origin_pairs[#origin_pairs + 1] = new_id
+        origin_pairs[#origin_pairs + 1] = message_id .. '/' .. count
+      end
+      if message_id then
+        moved_pairs[#moved_pairs + 1] = message_id
+        moved_pairs[#moved_pairs + 1] = 's' .. new_id
       end
     end
-    if message_id and count then
-      redis.call('HSET', origins, new_id, message_id .. '/' .. count)
-    end
-    if message_id then
-      redis.call('HSET', moved, message_id, 's' .. new_id)
-    end
   end
-  redis.call('XDEL', parked, parked_id)
-  redis.call('ZREM', delayed, parked_id)
+  if #origin_pairs > 0 then
+    redis.call('HSET', origins, unpack(origin_pairs))
+  end
+  if #moved_pairs > 0 then
+    redis.call('HSET', moved, unpack(moved_pairs))
+  end
+  redis.call('XDEL', parked, unpack(due))
+  -- The due entries are the lowest scores, ranks 0 .. #due - 1.
+  redis.call('ZREMRANGEBYRANK', delayed, 0, #due - 1)
 end
 
 local next_due = -1
