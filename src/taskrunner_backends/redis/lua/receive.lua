@@ -28,8 +28,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
 if #due > 0 then
-  -- One command per batch for the removals and the maps: a burst of messages due at
-  -- once is promoted at two commands per message (read, add).
+  -- One command per batch for the removals and the maps, so a burst of messages due
+  -- at once is promoted at two commands per message (read, add). Only commands the
+  -- documented ACL grants (ZREM, not ZREMRANGEBYRANK).
   local origin_pairs, moved_pairs = {}, {}
   for _, parked_id in ipairs(due) do
     local r = redis.call('XRANGE', parked, parked_id, parked_id)
@@ -61,8 +62,7 @@ if #due > 0 then
     redis.call('HSET', moved, unpack(moved_pairs))
   end
   redis.call('XDEL', parked, unpack(due))
-  -- The due entries are the lowest scores, ranks 0 .. #due - 1.
-  redis.call('ZREMRANGEBYRANK', delayed, 0, #due - 1)
+  redis.call('ZREM', delayed, unpack(due))
 end
 
 local next_due = -1
