@@ -412,11 +412,36 @@ async def test_a_crashed_reader_s_ring_is_cleared_by_remove_consumers(
         "read", "XREADGROUP", "GROUP", group, "gone~1000", "STREAMS", bell, ">"
     )
     assert (await redis_queue._raw.call("p", "XPENDING", bell, group))[0] == 1
+    # Rings are no messages.
+    stats = await redis_queue.stats()
+    assert (stats.ready, stats.delayed, stats.in_flight, await redis_queue.len()) == (0, 0, 0, 0)
 
     assert await redis_queue.remove_consumers(["gone"]) == []
 
     assert (await redis_queue._raw.call("p", "XPENDING", bell, group))[0] == 0
     assert await redis_queue._raw.call("len", "XLEN", bell) == 0
+
+
+async def test_remove_idle_consumers_clears_the_rings_of_idle_readers_only(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.receive("r", max_messages=1, wait_seconds=0, lease_seconds=1)
+    bell, group = redis_queue.keys.bell, redis_queue.keys.group
+
+    async def ring_and_read(reader: str) -> None:
+        await redis_queue._raw.call("ring", "XADD", bell, "*", "r", "1")
+        await redis_queue._raw.call(
+            "read", "XREADGROUP", "GROUP", group, reader, "STREAMS", bell, ">"
+        )
+
+    await ring_and_read("old~1000")
+    await asyncio.sleep(0.4)  # the old reader ages; nothing concurrent is awaited
+    await ring_and_read("fresh~1000")
+
+    await redis_queue.remove_idle_consumers(0.3)
+
+    left = await redis_queue._raw.call("p", "XPENDING", bell, group, "-", "+", 10)
+    assert [entry[1] for entry in left] == [b"fresh~1000"]
 
 
 async def test_a_vanished_doorbell_group_is_recreated_by_receive(
