@@ -826,14 +826,17 @@ class RedisStreamsQueue:
 
         Rings read by the last blocking read are acked and deleted. A receive woken by
         a ring may be the only reader that knows of an early due time; when it returns
-        while a message is due within `DELAYED_RECHECK_SECONDS`, it rings again so
-        another blocked receive takes over (one round trip, only in that case).
+        empty-handed while a message is due within `DELAYED_RECHECK_SECONDS`, it rings
+        again so another blocked receive takes over (one round trip, only in that case).
+        One that returns messages does not: its caller comes back for more (a saturated
+        caller may not, and other readers then recheck within that time), and under load
+        receives that ring each other on every return would double the round trips.
         """
         commands: list[tuple[Arg, ...]] = []
         if rings:
             commands.append(("XACK", self._keys.bell, self._keys.group, *rings))
             commands.append(("XDEL", self._keys.bell, *rings))
-        if woken and 0 <= next_due_ms < DELAYED_RECHECK_SECONDS * 1000:
+        if woken and not deliveries and 0 <= next_due_ms < DELAYED_RECHECK_SECONDS * 1000:
             commands.append(("XADD", self._keys.bell, "MAXLEN", "~", 64, "*", "r", "1"))
         if commands:
             try:
