@@ -944,9 +944,11 @@ class RedisStreamsQueue:
 
         ``ready`` counts entries not yet delivered (the group's lag; when the server
         cannot compute it, stream length minus pending) and released messages whose
-        delay is over but that no receive has moved back yet; ``delayed`` the released
-        messages still waiting for their delay. ``oldest_in_flight_age_seconds`` is the longest idle
-        time among the `STATS_PENDING_SAMPLE` oldest pending entries. A consumer's
+        delay is over but that no receive has moved back yet (delayed adds alike);
+        ``delayed`` the released messages and delayed adds still waiting for their due
+        time. Doorbell rings are no messages and count nowhere.
+        ``oldest_in_flight_age_seconds`` is the longest idle time among the
+        `STATS_PENDING_SAMPLE` oldest pending entries. A consumer's
         ``idle_seconds`` is the time since its last successful interaction where the
         server reports it (Redis and Valkey >= 7.2), else since its last attempt.
         """
