@@ -110,3 +110,21 @@ def test_the_mutation_score_names_the_suite_version_it_was_measured_at(
     text = make_report(Capabilities(), {"P1": passed()}).format()
 
     assert f"mutation score of the reference backends {expected}: memory 300/300 killed" in text
+
+
+def test_the_new_flags_and_parts_are_certified_by_their_own_properties_only() -> None:
+    # cancel must not be taken for a mention inside cancel_safe_receive (X3).
+    report = make_report(
+        Capabilities(cancel=True, leadership=True, delayed_add=True),
+        {"X3": passed(), "X46": passed(), "X47": passed(), "X40": passed(), "X50": passed()},
+        parts=("scheduling", "leadership"),
+    )
+
+    verdicts = {c.claim: c.verdict for c in report.claims}
+    assert verdicts["cancel"] == "certified by X46, X47"
+    assert verdicts["delayed_add"] == "certified by X40"
+    assert verdicts["leadership"] == "certified by X50"
+    # The part is listed apart from the flag of the same name.
+    assert verdicts["queue.leadership"] == "certified by X50"
+    assert verdicts["scheduling"] == "certified by X40, X46, X47"
+    assert set(report.to_json()["claims"]) >= {"leadership", "queue.leadership", "scheduling"}
