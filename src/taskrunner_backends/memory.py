@@ -11,6 +11,9 @@ server-backed queue, stated up front:
 * With ``requires_heartbeat=False`` leases never lapse: `reclaim` returns nothing and
   in-flight messages come back only through `release`.
 * All handles must be used from one event loop; the store is not thread-safe.
+* Delayed adds, unique keys, cancellation and leadership (`scheduling`, `leadership`)
+  are exact on the injected clock: precision 0, so a delayed message is ready at its
+  due time and a unique key or a leader lease lapses at its deadline, to the tick.
 
 Below the contract methods, under "Test conveniences", sit synchronous inspection
 helpers (`ready_bodies`, `in_flight`, `dead_letters`). The runner never calls them.
@@ -31,14 +34,20 @@ from urllib.parse import parse_qsl, urlsplit
 from taskrunner.clock import Clock, SystemClock, wait_event
 from taskrunner.errors import ConfigurationError, QueueClosedError
 from taskrunner.queue import (
+    Added,
+    AddRequest,
     Capabilities,
     ConsumerCleanup,
     ConsumerStats,
     DeadLetter,
     Delivery,
+    FireRecord,
+    LeaderLease,
+    Leadership,
     QueueAdmin,
     QueueStats,
     Receipt,
+    Scheduling,
     WorkerInfo,
     WorkerRegistry,
 )
@@ -53,6 +62,10 @@ _CAPABILITIES = Capabilities(
     durable_enqueue=False,
     shared_across_instances=True,
     max_batch=None,
+    delayed_add=True,
+    unique_add=True,
+    cancel=True,
+    leadership=True,
 )
 
 
@@ -68,6 +81,16 @@ class _Message:
     touched_at: float = 0.0
     # The lease its holder was granted; it lapses once idle for longer.
     lease_seconds: float = 0.0
+    # The unique key this message was added with, freed at its final outcome.
+    unique_key: str | None = None
+
+
+@dataclass(slots=True)
+class _Election:
+    holder: str
+    token: int
+    # Monotonic time the lease lapses at.
+    expiry: float
 
 
 @dataclass(slots=True)
@@ -84,6 +107,12 @@ class _Store:
     # instance -> (entry, monotonic expiry)
     workers: dict[str, tuple[WorkerInfo, float]] = field(default_factory=dict)
     sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    # unique key -> (message id holding it, monotonic expiry or None)
+    unique: dict[str, tuple[str, float | None]] = field(default_factory=dict)
+    elections: dict[str, _Election] = field(default_factory=dict)
+    # Latest token issued per election; survives resignations so tokens never repeat.
+    tokens: dict[str, int] = field(default_factory=dict)
+    fired: dict[str, FireRecord] = field(default_factory=dict)
     # Replaced by a fresh event each time it is set, so every waiter of one
     # generation wakes once.
     arrival: asyncio.Event = field(default_factory=asyncio.Event)
@@ -143,6 +172,16 @@ class InMemoryQueue:
     @property
     def consumer_cleanup(self) -> ConsumerCleanup:
         """This queue: it forgets idle consumers on request."""
+        return self
+
+    @property
+    def scheduling(self) -> Scheduling:
+        """This queue: delayed and unique adds and cancellation are implemented."""
+        return self
+
+    @property
+    def leadership(self) -> Leadership:
+        """This queue: leader leases and fire-once records are implemented."""
         return self
 
     # -- the contract ------------------------------------------------------------
@@ -239,9 +278,7 @@ class InMemoryQueue:
                 store.ready.append(message.id)
             else:
                 message.state = "delayed"
-                heapq.heappush(
-                    store.delayed, (now + delay_seconds, next(store.sequence), message.id)
-                )
+                self._park(message.id, now + delay_seconds)
         store.notify()
         return lost
 
@@ -364,6 +401,7 @@ class InMemoryQueue:
         store.ready.clear()
         store.delayed.clear()
         store.in_flight.clear()
+        store.unique.clear()
         return count
 
     async def delete_queue(self) -> None:
@@ -373,6 +411,9 @@ class InMemoryQueue:
         store.dead.clear()
         store.consumers_seen.clear()
         store.workers.clear()
+        store.elections.clear()
+        store.tokens.clear()
+        store.fired.clear()
 
     # -- WorkerRegistry --------------------------------------------------------------
 
@@ -429,6 +470,164 @@ class InMemoryQueue:
         for name in removed:
             del store.consumers_seen[name]
         return removed
+
+    # -- Scheduling ------------------------------------------------------------------
+
+    async def add_requests(self, requests: Sequence[AddRequest]) -> list[Added]:
+        """Add each request with its delay and unique key, in order, atomically per request."""
+        self._check_open()
+        for request in requests:
+            _check_request(request)
+        store = self._store
+        now = store.clock.monotonic()
+        wall = store.clock.time()
+        results = []
+        for request in requests:
+            key = request.unique_key
+            if key is not None:
+                holder = self._key_holder(key, now)
+                if holder is not None:
+                    results.append(Added(message_id=holder, added=False))
+                    continue
+            message_id = str(next(store.sequence))
+            message = _Message(message_id, request.body, now, unique_key=key)
+            store.messages[message_id] = message
+            delay = request.delay_seconds if request.due_at is None else request.due_at - wall
+            if delay > 0:
+                message.state = "delayed"
+                self._park(message_id, now + delay)
+            else:
+                store.ready.append(message_id)
+            if key is not None:
+                expiry = None if request.unique_seconds is None else now + request.unique_seconds
+                store.unique[key] = (message_id, expiry)
+            results.append(Added(message_id=message_id))
+        if results:
+            # A receive waiting for a later due time (or for nothing) recomputes its wait.
+            store.notify()
+        return results
+
+    async def cancel(self, message_ids: Sequence[str]) -> list[bool]:
+        """Remove ready or delayed messages; in-flight and unknown ones are left alone."""
+        if isinstance(message_ids, str):
+            raise TypeError("message_ids must be a sequence of ids, not a single string")
+        for message_id in message_ids:
+            if not isinstance(message_id, str):
+                raise TypeError(f"a message id must be a str, not {type(message_id).__name__}")
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        self._promote_due(now)
+        removed = []
+        for message_id in message_ids:
+            message = store.messages.get(message_id)
+            if message is None or message.state == "in_flight":
+                removed.append(False)
+                continue
+            del store.messages[message_id]
+            if message.state == "ready":
+                store.ready.remove(message_id)
+            else:
+                store.delayed = [entry for entry in store.delayed if entry[2] != message_id]
+                heapq.heapify(store.delayed)
+            self._free_key(message)
+            removed.append(True)
+        return removed
+
+    # -- Leadership --------------------------------------------------------------------
+
+    async def acquire_leadership(
+        self, name: str, holder: str, *, ttl_seconds: float
+    ) -> LeaderLease | None:
+        """Take or renew the lease of `name` for `holder`; None when another holds it."""
+        _check_name("name", name)
+        _check_name("holder", holder)
+        _check_seconds("ttl_seconds", ttl_seconds, positive=True)
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        election = store.elections.get(name)
+        if election is not None and now < election.expiry:
+            if election.holder != holder:
+                return None
+            election.expiry = now + ttl_seconds
+            return _lease(name, election, now)
+        token = store.tokens.get(name, 0) + 1
+        store.tokens[name] = token
+        election = _Election(holder=holder, token=token, expiry=now + ttl_seconds)
+        store.elections[name] = election
+        return _lease(name, election, now)
+
+    async def renew_leadership(
+        self, name: str, holder: str, token: int, *, ttl_seconds: float
+    ) -> LeaderLease | None:
+        """Extend the lease if `holder` still holds it under `token`, lapsed or not."""
+        _check_name("name", name)
+        _check_name("holder", holder)
+        _check_token(token)
+        _check_seconds("ttl_seconds", ttl_seconds, positive=True)
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        election = store.elections.get(name)
+        if election is None or election.holder != holder or election.token != token:
+            return None
+        election.expiry = now + ttl_seconds
+        return _lease(name, election, now)
+
+    async def resign_leadership(self, name: str, holder: str, token: int) -> bool:
+        """End the lease now if `holder` holds it under `token`."""
+        _check_name("name", name)
+        _check_name("holder", holder)
+        _check_token(token)
+        self._check_open()
+        election = self._store.elections.get(name)
+        if election is None or election.holder != holder or election.token != token:
+            return False
+        del self._store.elections[name]
+        return True
+
+    async def current_leader(self, name: str) -> LeaderLease | None:
+        """The live lease of `name`, if any."""
+        _check_name("name", name)
+        self._check_open()
+        now = self._store.clock.monotonic()
+        election = self._store.elections.get(name)
+        if election is None or now >= election.expiry:
+            return None
+        return _lease(name, election, now)
+
+    async def fire(
+        self, *, election: str, token: int, schedule: str, instant: float, body: bytes
+    ) -> str | None:
+        """Add `body` and record `instant` fired, under the latest token, once per instant."""
+        _check_name("election", election)
+        _check_name("schedule", schedule)
+        _check_token(token)
+        if isinstance(instant, bool) or not isinstance(instant, int | float):
+            raise TypeError(f"instant must be a number, not {type(instant).__name__}")
+        if not math.isfinite(instant):
+            raise ValueError(f"instant must be finite, got {instant}")
+        if not isinstance(body, bytes):
+            raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        self._check_open()
+        store = self._store
+        last = store.fired.get(schedule)
+        if store.tokens.get(election) != token or (last is not None and instant <= last.instant):
+            return None
+        (message_id,) = await self.add([body])
+        store.fired[schedule] = FireRecord(
+            schedule=schedule, instant=float(instant), message_id=message_id
+        )
+        return message_id
+
+    async def fire_records(self, schedules: Sequence[str]) -> dict[str, FireRecord]:
+        """The latest fire record of each named schedule that has one."""
+        if isinstance(schedules, str):
+            raise TypeError("schedules must be a sequence of names, not a single string")
+        self._check_open()
+        fired = self._store.fired
+        return {name: fired[name] for name in schedules if name in fired}
 
     # -- test conveniences (not part of the contract; the runner never calls these) --
 
@@ -499,6 +698,28 @@ class InMemoryQueue:
     def _forget(self, message: _Message) -> None:
         del self._store.in_flight[message.id]
         del self._store.messages[message.id]
+        self._free_key(message)
+
+    def _free_key(self, message: _Message) -> None:
+        # Only while the key still names this message: after it expired, another
+        # message may hold it.
+        key = message.unique_key
+        if key is not None and self._store.unique.get(key, ("",))[0] == message.id:
+            del self._store.unique[key]
+
+    def _key_holder(self, key: str, now: float) -> str | None:
+        held = self._store.unique.get(key)
+        if held is None:
+            return None
+        holder, expiry = held
+        if expiry is not None and now >= expiry:
+            del self._store.unique[key]
+            return None
+        return holder
+
+    def _park(self, message_id: str, due: float) -> None:
+        store = self._store
+        heapq.heappush(store.delayed, (due, next(store.sequence), message_id))
 
 
 def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
@@ -506,6 +727,49 @@ def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
     for delivery in deliveries:
         if not isinstance(delivery, Delivery):
             raise TypeError(f"expected a Delivery, got {type(delivery).__name__}")
+
+
+def _check_request(request: AddRequest) -> None:
+    if not isinstance(request, AddRequest):
+        raise TypeError(f"expected an AddRequest, got {type(request).__name__}")
+    if not isinstance(request.body, bytes):
+        raise TypeError(f"message body must be bytes, not {type(request.body).__name__}")
+    _check_seconds("delay_seconds", request.delay_seconds)
+    if request.due_at is not None:
+        due_at = request.due_at
+        if isinstance(due_at, bool) or not isinstance(due_at, int | float):
+            raise TypeError(f"due_at must be Unix seconds, not {type(due_at).__name__}")
+        if not math.isfinite(due_at):
+            raise ValueError(f"due_at must be finite, got {due_at}")
+    if request.unique_key is not None:
+        _check_name("unique_key", request.unique_key)
+    if request.unique_seconds is not None:
+        _check_seconds("unique_seconds", request.unique_seconds, positive=True)
+
+
+def _check_name(setting: str, value: str) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{setting} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{setting} must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{setting} holds a lone surrogate at position {exc.start}") from None
+
+
+def _check_token(token: int) -> None:
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"token must be an int, not {type(token).__name__}")
+
+
+def _lease(name: str, election: _Election, now: float) -> LeaderLease:
+    return LeaderLease(
+        name=name,
+        holder=election.holder,
+        token=election.token,
+        remaining_seconds=max(0.0, election.expiry - now),
+    )
 
 
 def _check_count(max_messages: int) -> None:
