@@ -137,6 +137,8 @@ class LeaderElector:
         backoff = self._first_backoff
         try:
             while not self._stopping.is_set():
+                # Cleared before the call, so a stop or step-down during it is not lost.
+                self._wake.clear()
                 try:
                     await self._watched_step()
                     backoff = self._first_backoff
@@ -151,7 +153,6 @@ class LeaderElector:
                     )
                     backoff = min(backoff * 2, self.ttl_seconds * _MAX_BACKOFF_TTLS)
                 self._check_deadline()
-                self._wake.clear()
                 await wait_event(self._clock, self._wake, max(wait, 0.0))
                 self._check_deadline()
             await self._resign()

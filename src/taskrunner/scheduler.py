@@ -129,7 +129,8 @@ class Scheduler:
     async def _lead(self, token: int) -> None:
         schedules = list(self._app.schedules.values())
         records = await self._retrying(functools.partial(self._records, schedules))
-        now = self._clock.time()
+        # Instants up to now were due before this term: missed, unless fired already.
+        took_office = now = self._clock.time()
         cursors: dict[str, float] = {}
         for schedule in schedules:
             record = records.get(schedule.name)
@@ -141,7 +142,9 @@ class Scheduler:
             now = self._clock.time()
             for schedule in schedules:
                 cursor = await self._retrying(
-                    functools.partial(self._fire_due, schedule, cursors[schedule.name], now, token)
+                    functools.partial(
+                        self._fire_due, schedule, cursors[schedule.name], now, took_office, token
+                    )
                 )
                 if cursor is None:  # the token was refused: this term is over
                     self.elector.step_down(token)
@@ -154,10 +157,10 @@ class Scheduler:
             await self._clock.sleep(max(0.0, wait))
 
     async def _fire_due(
-        self, schedule: Schedule, cursor: float, now: float, token: int
+        self, schedule: Schedule, cursor: float, now: float, took_office: float, token: int
     ) -> float | None:
         """Fire what is due; returns the new cursor, or None when the token is stale."""
-        due, skipped = schedule.due(cursor, now)
+        due, skipped = schedule.due(cursor, now, missed_until=took_office)
         if skipped:
             _log.warning(
                 "schedule %r: %d missed instant(s) not fired (catch_up=%r)",

@@ -24,7 +24,7 @@ from cronsim import CronSim, CronSimError
 
 from taskrunner.errors import ConfigurationError
 
-__all__ = ["CATCH_UP_LIMIT", "ON_TIME_SECONDS", "CatchUp", "Schedule", "Timing"]
+__all__ = ["CATCH_UP_LIMIT", "CatchUp", "Schedule", "Timing"]
 
 CatchUp = Literal["latest", "all", "none"]
 
@@ -32,11 +32,6 @@ CatchUp = Literal["latest", "all", "none"]
 #: after a gap (the latest ones); older ones are skipped with a warning. A per-second
 #: schedule down for a day would otherwise enqueue 86,400 messages at once.
 CATCH_UP_LIMIT = 1000
-
-#: An instant reached no later than this after it is on time; later, it was missed
-#: (no leader ran then) and ``catch_up`` decides. Only ``"none"`` behaves differently
-#: for one late instant: it skips it.
-ON_TIME_SECONDS = 1.0
 
 # Smallest period of an ``every`` schedule: instants are compared as floats, and a
 # finer period would enqueue faster than one leader can fire.
@@ -202,19 +197,24 @@ class Schedule:
     timing: Timing
     catch_up: CatchUp
 
-    def due(self, cursor: float, now: float) -> tuple[list[float], int]:
+    def due(self, cursor: float, now: float, *, missed_until: float) -> tuple[list[float], int]:
         """The instants to fire now, in order, and how many due ones the policy skips.
 
-        `cursor` is the schedule's last fired instant, or the time a leader first saw it.
+        `cursor` is the schedule's last fired instant, or the time a leader first saw
+        it. Instants up to `missed_until` (when the current leader took office) were
+        missed: nobody fired them while they were due, and `catch_up` decides. Later
+        ones are the current leader's own and always fire.
         """
+        on_time, _ = self.timing.between(max(cursor, missed_until), now, limit=CATCH_UP_LIMIT)
         limit = CATCH_UP_LIMIT if self.catch_up == "all" else 1
-        instants, older = self.timing.between(cursor, now, limit=limit)
-        if self.catch_up == "all" or not instants:
-            return instants, older
-        latest = instants[-1]
-        if self.catch_up == "none" and now - latest > ON_TIME_SECONDS:
-            return [], older + 1
-        return [latest], older
+        missed, older = self.timing.between(cursor, min(now, missed_until), limit=limit)
+        if self.catch_up == "all":
+            room = max(0, CATCH_UP_LIMIT - len(on_time))
+            keep = missed[max(0, len(missed) - room) :]
+            return keep + on_time, older + len(missed) - len(keep)
+        if self.catch_up == "latest" or not missed:
+            return missed + on_time, older
+        return on_time, older + len(missed)
 
 
 def check_catch_up(name: str, catch_up: object) -> CatchUp:
