@@ -185,6 +185,9 @@ async def test_dispatch_many_applies_the_options_to_every_message_in_chunks() ->
 
     assert len(results) == 1500
     assert len(set(results)) == 1500
+    assert isinstance(results, list)
+    assert results.added == [True] * 1500
+    assert all(isinstance(r, Dispatched) for r in results.dispatched())
     assert {r.delay_seconds for r in requests(queue)} == {5.0}
     numbers = [
         msgspec.json.decode(decode_envelope(r.body).payload)["number"] for r in requests(queue)
@@ -214,6 +217,18 @@ async def test_a_held_unique_key_adds_nothing_and_returns_the_holder_id() -> Non
     # The explicit key is used as given; the task sets no time limit.
     assert [r.unique_seconds for r in requests(queue)] == [None, None]
     assert await queue.len() == 1
+
+
+async def test_dispatch_many_reports_which_unique_payloads_were_added() -> None:
+    app, _, producer = setup()
+
+    @app.task(name="bill", unique_for=60)
+    async def bill(invoice: Invoice) -> None: ...
+
+    results = await producer.dispatch_many(bill, [Invoice(number=n) for n in (1, 2, 1)])
+
+    assert results.added == [True, True, False]
+    assert results[2] == results[0]
 
 
 async def test_task_default_key_is_name_and_payload_digest_with_unique_for() -> None:

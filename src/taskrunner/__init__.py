@@ -38,12 +38,12 @@ from taskrunner.errors import (
     UnsupportedServerError,
 )
 from taskrunner.failure import FailedTaskHandler, TaskFailure
-from taskrunner.messages import Envelope
 from taskrunner.leader import LeaderElector
-from taskrunner.producer import Dispatched, Producer
+from taskrunner.messages import Envelope
+from taskrunner.producer import Dispatched, DispatchedList, Producer
 from taskrunner.queue import (
-    AddRequest,
     Added,
+    AddRequest,
     Capabilities,
     ConsumerCleanup,
     ConsumerStats,
@@ -81,6 +81,7 @@ __all__ = [
     "DecodeError",
     "Delivery",
     "Dispatched",
+    "DispatchedList",
     "Envelope",
     "FailedTaskHandler",
     "FireRecord",

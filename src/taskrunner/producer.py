@@ -27,7 +27,7 @@ from taskrunner.errors import UnsupportedFeatureError
 from taskrunner.messages import Envelope
 from taskrunner.queue import AddRequest, Queue, Scheduling, scheduling_of
 
-__all__ = ["Dispatched", "Producer", "encode_message"]
+__all__ = ["Dispatched", "DispatchedList", "Producer", "encode_message"]
 
 Delay = float | timedelta
 
@@ -51,6 +51,23 @@ class Dispatched(str):
 
     def __repr__(self) -> str:
         return f"Dispatched({str(self)!r}, added={self.added})"
+
+
+class DispatchedList(list[str]):
+    """The message ids `Producer.dispatch_many` returns: a ``list[str]``, plus flags.
+
+    A subclass of ``list[str]``, so code that annotates or uses the result as a list
+    of ids keeps working; each element is a `Dispatched`, and `added` lists the flags.
+    """
+
+    @property
+    def added(self) -> list[bool]:
+        """Whether each dispatch added its message (False: its unique key was held)."""
+        return [getattr(message_id, "added", True) for message_id in self]
+
+    def dispatched(self) -> list[Dispatched]:
+        """The elements as `Dispatched` (typed), in order."""
+        return [m if isinstance(m, Dispatched) else Dispatched(m) for m in self]
 
 
 PayloadT = TypeVar("PayloadT")
@@ -166,11 +183,12 @@ class Producer:
         delay: Delay | None = None,
         at: datetime | None = None,
         unique_key: str | None = None,
-    ) -> list[Dispatched]:
+    ) -> DispatchedList:
         """Enqueue one run of `task` per payload; returns message ids in order.
 
         Every payload is validated before the first message is sent. Messages are
-        sent in chunks, one backend round trip per chunk. `delay`, `at` and
+        sent in chunks, one backend round trip per chunk. The result is a
+        `DispatchedList` (a ``list[str]``; ``.added`` has the flags). `delay`, `at` and
         `unique_key` apply to every message as in `dispatch` (one `unique_key` for
         all adds only the first; a unique task's own keys are per payload).
 
@@ -179,8 +197,15 @@ class Producer:
             have been added.
         """
         resolved = self._app.get_task(task) if isinstance(task, str) else task
-        return await self._send(
-            resolved, list(payloads), headers=headers, delay=delay, at=at, unique_key=unique_key
+        return DispatchedList(
+            await self._send(
+                resolved,
+                list(payloads),
+                headers=headers,
+                delay=delay,
+                at=at,
+                unique_key=unique_key,
+            )
         )
 
     async def cancel(self, message_id: str) -> bool:

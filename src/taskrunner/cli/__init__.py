@@ -4,6 +4,9 @@ Commands::
 
     taskrunner worker MODULE:APP [--url URL] [--num-workers N] [--burst] ...
     taskrunner enqueue [MODULE:APP] TASK [--payload JSON | --file FILE|-] [--json]
+                       [--delay 30s | --at 2026-12-01T10:00:00Z] [--unique-key KEY]
+    taskrunner cancel [MODULE:APP | --queue NAME] ID [ID...]
+    taskrunner schedules MODULE:APP [--url URL]
     taskrunner inspect [MODULE:APP | --queue NAME ...] [--json]
     taskrunner dead-letters list|show ID|retry ID...|--all|purge ID...|--all [--yes]
     taskrunner queue delete NAME [--yes]
@@ -27,7 +30,8 @@ Exit codes:
   ``def`` tasks waited for; or after a third, leaving those leased to lapse), or
   ``--burst`` found the queue empty.
 * 1 - the backend failed (unreachable at start, refused the credentials, replied
-  with an error), or ``dead-letters show/retry/purge`` did not find an id.
+  with an error), or ``dead-letters show/retry/purge`` did not find an id, or
+  ``cancel`` could not cancel an id (running, done or unknown).
 * 2 - bad usage or configuration: unknown flag or setting, a value breaking a rule, an
   App that cannot be imported, an unknown task, an invalid payload.
 * 130 - interrupted (Ctrl-C) during a command other than ``worker`` and ``demo``.
@@ -39,7 +43,8 @@ backend goes away *after* start does not exit: it logs, backs off and resumes, s
 a supervisor does not restart-loop it.
 
 One module per command (``worker``, ``enqueue``, ``inspect``, ``dead_letters``,
-``queue``, ``demo``, ``config``); ``common`` holds what they share, ``output`` the printing.
+``queue``, ``demo``, ``config``; ``scheduling`` has ``cancel`` and ``schedules``);
+``common`` holds what they share, ``output`` the printing.
 """
 
 from __future__ import annotations
@@ -56,7 +61,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskrunner import __version__
-from taskrunner.cli import config, dead_letters, demo, enqueue, inspect, queue, worker
+from taskrunner.cli import (
+    config,
+    dead_letters,
+    demo,
+    enqueue,
+    inspect,
+    queue,
+    scheduling,
+    worker,
+)
 from taskrunner.cli.app import load_app
 from taskrunner.cli.common import (
     EXIT_BACKEND,
@@ -102,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_parser(commands, common)
     dead_letters.add_parser(commands, common)
     queue.add_parser(commands, common)
+    scheduling.add_parsers(commands, common)
     demo.add_parser(commands)
     config.add_parser(commands, common)
     return parser
@@ -238,4 +253,8 @@ def _run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
         return asyncio.run(inspect.run_inspect(args, settings, out))
     if command == "queue":
         return asyncio.run(queue.run_queue(args, settings, out))
+    if command == "cancel":
+        return asyncio.run(scheduling.run_cancel(args, settings, out))
+    if command == "schedules":
+        return asyncio.run(scheduling.run_schedules(args, settings, out))
     return asyncio.run(dead_letters.run_dead_letters(args, settings, out))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +27,50 @@ from taskrunner.cli.common import (
 )
 from taskrunner.cli.output import Output
 from taskrunner.errors import MessageError
-from taskrunner.producer import encode_message
+from taskrunner.producer import Producer, encode_message
 from taskrunner.settings import Settings
 
-__all__ = ["add_parser", "check_old_payload_flag", "run_enqueue"]
+__all__ = ["add_parser", "check_old_payload_flag", "parse_at", "parse_duration", "run_enqueue"]
 
-# Messages per `Queue.add` call.
-_ENQUEUE_CHUNK = 1000
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``30s``, ``1.5s``, ``250ms``, ``2m``, ``1h``, ``1d`` or plain seconds, as seconds.
+
+    Raises:
+        UsageError: Anything else (negative, empty, another unit).
+    """
+    match = _DURATION.match(text)
+    if match is None:
+        raise UsageError(
+            f"--delay {text!r}: expected a duration such as 30s, 1.5s, 250ms, 2m, 1h or 1d"
+        )
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise UsageError(f"--delay {text!r}: too large")
+    return seconds
+
+
+def parse_at(text: str) -> datetime:
+    """An ISO-8601 instant with its offset (``2026-12-01T10:00:00Z``, ``...+01:00``).
+
+    Raises:
+        UsageError: Not ISO-8601, or without an offset (a naive time is ambiguous).
+    """
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--at {text!r}: expected an ISO-8601 time with offset, e.g. 2026-12-01T10:00:00Z"
+        ) from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise UsageError(
+            f"--at {text!r} has no UTC offset; add one (Z, +01:00, ...) so the instant is "
+            "unambiguous"
+        )
+    return moment
 
 
 def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -56,6 +96,23 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "--file",
         metavar="FILE",
         help="JSON lines, one payload per line (blank lines skipped); - reads stdin",
+    )
+    when = enqueue.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay",
+        metavar="DURATION",
+        help="deliver no earlier than this from now: 30s, 1.5s, 250ms, 2m, 1h, 1d",
+    )
+    when.add_argument(
+        "--at",
+        metavar="TIME",
+        help="deliver no earlier than this ISO-8601 time with offset, e.g. 2026-12-01T10:00:00Z",
+    )
+    enqueue.add_argument(
+        "--unique-key",
+        metavar="KEY",
+        help="add nothing while a message with KEY is queued, delayed or running "
+        "(prints that message's id)",
     )
 
 
@@ -115,23 +172,40 @@ async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output)
         )
     else:
         app.get_task(task_name)
+    delay = None if args.delay is None else parse_duration(args.delay)
+    at = None if args.at is None else parse_at(args.at)
+    unique_key: str | None = args.unique_key
+    if unique_key is not None and not unique_key:
+        raise UsageError("--unique-key must not be empty")
     payloads = _read_payloads(args)
     # Every payload is checked before anything connects, so one bad line sends nothing.
-    bodies = []
     for where, payload in payloads:
         try:
-            bodies.append(encode_message(app, task_name, payload))
+            encode_message(app, task_name, payload)
         except MessageError as exc:
             raise UsageError(f"{where}: {exc}") from None
-    ids: list[str] = []
     async with open_queue(settings.url, queue_name) as queue:
-        for start in range(0, len(bodies), _ENQUEUE_CHUNK):
-            ids.extend(await queue.add(bodies[start : start + _ENQUEUE_CHUNK]))
+        sent = await Producer(queue, app).dispatch_many(
+            task_name, [p for _, p in payloads], delay=delay, at=at, unique_key=unique_key
+        )
     if out.json:
-        out.document({"queue": queue_name, "task": task_name, "message_ids": ids})
+        document: dict[str, Any] = {
+            "queue": queue_name,
+            "task": task_name,
+            "message_ids": [str(m) for m in sent],
+        }
+        if unique_key is not None or app.get_task(task_name).is_unique:
+            document["added"] = sent.added
+        out.document(document)
     else:
-        for message_id in ids:
+        for message_id, added in zip(sent, sent.added, strict=True):
             out.line(message_id)
+            if not added:
+                print(
+                    f"taskrunner: note: message {message_id} holds the unique key: "
+                    "nothing was added",
+                    file=sys.stderr,
+                )
     return EXIT_OK
 
 
