@@ -598,7 +598,8 @@ class LeaderLease(msgspec.Struct, frozen=True, kw_only=True):
         name: The election's name.
         holder: The holder of the lease.
         token: Fencing token: grows every time the lease changes holder (or is taken
-            again after it lapsed), never repeats for one election.
+            again after it lapsed or was resigned), never repeats for one election
+            while the queue exists (`QueueAdmin.delete_queue` forgets elections).
         remaining_seconds: Time left on the lease, on the backend's clock.
     """
 
@@ -677,8 +678,9 @@ class Leadership(Protocol):
     ) -> str | None:
         """Add `body` for `schedule`'s `instant` and record it fired, in one atomic step.
 
-        Nothing is added unless `token` is the current token of `election` (its lease
-        may have lapsed as long as nobody took it since) and `instant` is later than the
+        Nothing is added unless `token` is the latest token issued for `election` (its
+        lease may have lapsed, or been resigned, as long as nobody took it since) and
+        `instant` is later than the
         schedule's last fired instant. So an instant is fired at most once, whoever
         calls, and a deposed leader fires nothing.
 
