@@ -349,3 +349,51 @@ def test_old_envelopes_decode_with_no_scheduled_for_and_plain_ones_omit_it() -> 
 
 def test_capabilities_default_to_not_claimed() -> None:
     assert Capabilities().delayed_add is False
+
+
+# --- on the in-memory backend's own Scheduling --------------------------------------
+
+
+def memory_or_skip(clock: FakeClock) -> InMemoryQueue:
+    queue = InMemoryQueue(clock=clock)
+    if getattr(queue, "scheduling", None) is None or not queue.capabilities.delayed_add:
+        pytest.skip("the in-memory backend offers no scheduling yet")
+    return queue
+
+
+async def test_memory_backend_holds_a_delayed_dispatch_until_due() -> None:
+    clock = FakeClock()
+    queue = memory_or_skip(clock)
+    app = App("invoices")
+
+    @app.task(name="send")
+    async def send() -> None: ...
+
+    await Producer(queue, app, clock=clock).dispatch(send, delay=timedelta(seconds=10))
+
+    assert await queue.receive("c", max_messages=1, wait_seconds=0, lease_seconds=30) == []
+    await clock.advance(9.99)
+    assert await queue.receive("c", max_messages=1, wait_seconds=0, lease_seconds=30) == []
+    await clock.advance(0.02)
+    (delivery,) = await queue.receive("c", max_messages=1, wait_seconds=0, lease_seconds=30)
+    assert delivery.delivery_count == 1
+
+
+async def test_memory_backend_unique_key_and_cancel_free_the_key() -> None:
+    clock = FakeClock()
+    queue = memory_or_skip(clock)
+    app = App("invoices")
+
+    @app.task(name="bill")
+    async def bill() -> None: ...
+
+    producer = Producer(queue, app, clock=clock)
+    first = await producer.dispatch(bill, delay=60, unique_key="k")
+    held = await producer.dispatch(bill, unique_key="k")
+    assert (first.added, held.added, held == first) == (True, False, True)
+
+    assert await producer.cancel(first) is True
+    again = await producer.dispatch(bill, unique_key="k")
+    assert again.added
+    assert again != first
+    assert await queue.len() == 1

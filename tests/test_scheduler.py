@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from taskrunner import App, Runner, current_task
+from taskrunner.queue import leadership_of
 from taskrunner.testing import FakeClock, settle
 from taskrunner_backends.memory import InMemoryQueue
 
@@ -181,3 +182,44 @@ async def test_a_fire_refused_for_a_stale_token_steps_down() -> None:
         assert a.scheduler.elector.token not in (None, old)
         await clock.advance(3.0)
     assert_consecutive(instants(queue))
+
+
+# --- on the in-memory backend's own Scheduling and Leadership -----------------------
+
+
+def memory_parts_or_skip(queue: InMemoryQueue) -> None:
+    if not queue.capabilities.leadership or getattr(queue, "leadership", None) is None:
+        pytest.skip("the in-memory backend offers no leadership yet")
+
+
+async def test_two_runners_on_the_memory_backend_fire_once_and_hand_over_on_a_crash() -> None:
+    clock = FakeClock()
+    store = InMemoryQueue(clock=clock)
+    memory_parts_or_skip(store)
+    app, seen = make_app("all")
+    a = runner(store, app, clock, "a")
+    b = runner(store.open_handle(), app, clock, "b")
+    tasks = {a: asyncio.create_task(a.run()), b: asyncio.create_task(b.run())}
+    await a.wait_ready()
+    await b.wait_ready()
+
+    await clock.advance(5.2)
+    leader = leader_of(a, b)
+    other = b if leader is a else a
+    tasks[leader].cancel()  # a crash: no resign
+    with pytest.raises(asyncio.CancelledError):
+        await tasks[leader]
+    await clock.run_until(lambda: leader_of_or_none(other), step=0.1, limit=10)
+    await clock.advance(4.0)
+    await clock.run_until(lambda: len(seen) >= 9, step=0.1, limit=10)
+    other.stop()
+    await clock.run_until(tasks[other].done, step=0.1, limit=60)
+    await tasks[other]
+
+    instants_seen = [s.timestamp() for s in seen if s is not None]
+    assert_consecutive(sorted(set(instants_seen)))
+    assert len(set(instants_seen)) >= 9
+    leadership = leadership_of(store)
+    assert leadership is not None
+    records = await leadership.fire_records(["every-second"])
+    assert records["every-second"].instant == max(instants_seen)
