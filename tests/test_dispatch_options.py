@@ -158,19 +158,34 @@ async def test_a_backend_without_the_capability_gets_a_clear_error_and_nothing(
     assert await queue.len() == 0
 
 
+class OldBackend(InMemoryQueue):
+    """A backend written before the Scheduling part: no property, no claims."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return msgspec.structs.replace(
+            super().capabilities, delayed_add=False, unique_add=False, cancel=False
+        )
+
+    @property
+    def scheduling(self) -> None:  # type: ignore[override,unused-ignore]
+        return None
+
+
 async def test_a_backend_without_the_part_at_all_is_refused() -> None:
     app = App("invoices")
-    queue = InMemoryQueue(clock=FakeClock())
-    if getattr(queue, "scheduling", None) is not None:
-        pytest.skip("the in-memory backend offers scheduling now")
+    queue = OldBackend(clock=FakeClock())
 
     @app.task(name="send")
     async def send() -> None: ...
 
-    with pytest.raises(UnsupportedFeatureError):
+    with pytest.raises(UnsupportedFeatureError, match="OldBackend does not offer it"):
         await Producer(queue, app).dispatch(send, delay=5)
     with pytest.raises(UnsupportedFeatureError):
         await Producer(queue, app).cancel("1-0")
+    assert await queue.len() == 0
+    # The hot path still works on it.
+    assert (await Producer(queue, app).dispatch(send)).added
 
 
 async def test_dispatch_many_applies_the_options_to_every_message_in_chunks() -> None:

@@ -3,7 +3,7 @@
 ``python -m tests.redis.schedule_app --url URL --namespace NS [--ttl SECONDS]`` runs a
 `taskrunner.Runner` of `app` on the Redis queue ``q`` of namespace NS until SIGTERM or
 SIGKILL. The app fires ``tick`` every second (catch_up="all"); each run appends
-``"<scheduled_for> <message id>"`` to the list ``{ns}:test:ticks``, so the test can
+``"<scheduled_for> <message id> <time it ran>"`` to the list ``{ns}:test:ticks``, so the test can
 tell an instant fired twice (two message ids) from a message run twice (one id).
 It prints ``ready <holder>`` once every loop runs; logs go to stderr.
 """
@@ -15,6 +15,7 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 
 import redis.asyncio as aioredis
 
@@ -40,7 +41,7 @@ async def tick() -> None:
     context = taskrunner.current_task()
     assert context.scheduled_for is not None
     assert _State.client is not None
-    entry = f"{context.scheduled_for.timestamp():.3f} {context.message_id}"
+    entry = f"{context.scheduled_for.timestamp():.3f} {context.message_id} {time.time():.3f}"
     await _State.client.rpush(ticks_key(_State.namespace), entry)
 
 
