@@ -67,6 +67,8 @@ class FakeLeadership:
         self.fired: list[tuple[str, float]] = []
         self.calls: list[str] = []
         self.fail_next = 0
+        # Fires that take effect and then raise, as when the reply is lost.
+        self.fail_after_fire = 0
         self.hang: asyncio.Event | None = None
 
     async def _enter(self, what: str) -> None:
@@ -146,6 +148,9 @@ class FakeLeadership:
             schedule=schedule, instant=instant, message_id=message_id
         )
         self.fired.append((schedule, instant))
+        if self.fail_after_fire:
+            self.fail_after_fire -= 1
+            raise BackendUnavailableError("fake: the fire landed, its reply was lost")
         return message_id
 
     async def fire_records(self, schedules: Sequence[str]) -> dict[str, FireRecord]:

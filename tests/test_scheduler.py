@@ -223,3 +223,26 @@ async def test_two_runners_on_the_memory_backend_fire_once_and_hand_over_on_a_cr
     assert leadership is not None
     records = await leadership.fire_records(["every-second"])
     assert records["every-second"].instant == max(instants_seen)
+
+
+async def test_a_fire_whose_reply_was_lost_is_not_repeated_and_keeps_the_term() -> None:
+    clock = FakeClock()
+    queue = ScheduledQueue(clock=clock)
+    app, seen = make_app()
+    a = runner(queue, app, clock, "a")
+
+    async with running(a):
+        await clock.advance(2.5)
+        assert a.scheduler is not None
+        token = a.scheduler.elector.token
+        queue.fake_leadership.fail_after_fire = 2
+        queue.fake_leadership.fail_next = 1  # and one plain outage on the next call
+        await clock.advance(6.0)
+        # No step-down (which would campaign again): the fire record explained the None.
+        assert a.scheduler.elector.token == token
+        assert queue.fake_leadership.calls.count("acquire") == 1
+        await clock.run_until(lambda: len(seen) >= 8, step=0.1, limit=10)
+
+    fired = instants(queue)
+    assert_consecutive(fired)
+    assert sorted(s.timestamp() for s in seen if s is not None) == fired[: len(seen)]
