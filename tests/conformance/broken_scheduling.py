@@ -6,7 +6,8 @@ in shims around the memory backend's own parts (`SchedulingShim`, `LeadershipShi
 which the broken queue returns from its ``scheduling`` and ``leadership`` properties,
 so they hold whatever way the memory backend arranges its parts internally.
 `BROKEN_SCHEDULING` maps a factory name to the harness factory and the property;
-tests/conformance/broken.py merges it into its `BROKEN`. Run one with
+tests/conformance/broken.py merges it into its `BROKEN`, so test_broken_backends and
+catch_rate run them all. Run one with
 ``python -m taskrunner_conformance tests.conformance.broken_scheduling:cancel_keeps_the_key``.
 """
 
@@ -123,12 +124,12 @@ class _Shimmed(InMemoryQueue):
 
     @property
     def scheduling(self) -> Scheduling:
-        inner = super().scheduling  # type: ignore[misc]
+        inner = super().scheduling
         return self.scheduling_shim(self, inner)
 
     @property
     def leadership(self) -> Leadership:
-        inner = super().leadership  # type: ignore[misc]
+        inner = super().leadership
         return self.leadership_shim(self, inner)
 
 
