@@ -755,6 +755,40 @@ class SchedulingCases(ConformanceBase):
         assert await s.queue.ack([got]) == []
 
     @conformance("X48")
+    async def test_valid_edge_requests_are_accepted(self, s: Scenario) -> None:
+        """Zero is a valid duration outside leases; a due_at before 1970 is only in the past.
+
+        delay_seconds=0, due_at of 0 and of -5 (with delayed_add), unique_seconds=0
+        (with unique_add): each adds a message that is ready at once.
+        """
+        part = s.require_scheduling()
+        caps = s.queue.capabilities
+        requests = {"delay_seconds=0": AddRequest(body=b"delay 0", delay_seconds=0)}
+        if caps.delayed_add:
+            requests["due_at=0"] = AddRequest(body=b"due 0", due_at=0.0)
+            requests["due_at=-5"] = AddRequest(body=b"due -5", due_at=-5.0)
+        if caps.unique_add:
+            requests["unique_seconds=0"] = AddRequest(
+                body=b"unique 0", unique_key="zero", unique_seconds=0.0
+            )
+        wrong = []
+        ids: dict[str, bytes] = {}
+        for label, request in requests.items():
+            try:
+                (added,) = await add_requests(part, [request])
+            except (TypeError, ValueError) as exc:
+                wrong.append(f"{label} was refused: {exc!r}")
+                continue
+            if not added.added:
+                wrong.append(f"{label} added nothing: {added!r}")
+            ids[added.message_id] = request.body
+        assert not wrong, "; ".join(wrong)
+        s.boundary(len(requests))
+        got = await s.receive_n(s.queue, s.consumer("a"), len(ids))
+        assert {d.message_id: d.body for d in got} == ids, "an accepted request was not ready"
+        assert await s.queue.ack(got) == []
+
+    @conformance("X48")
     async def test_options_the_backend_does_not_claim_raise_value_error_and_add_nothing(
         self, s: Scenario
     ) -> None:
