@@ -119,6 +119,7 @@ KEYS: tuple[Key, ...] = (
         "runner",
         "how often the backlog and worker registry are read",
     ),
+    Key("leader_ttl_seconds", "float", "runner", "lease of the schedules' elected leader"),
     Key("min_workers", "int", "tuning", "tuning mode: smallest pool"),
     Key("max_workers", "int", "tuning", "tuning mode: largest pool"),
     Key("desired_wait_seconds", "float", "tuning", "tuning mode: predicted wait to aim for"),
