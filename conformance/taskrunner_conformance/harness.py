@@ -62,7 +62,8 @@ class Harness(Protocol):
     `getattr`: ``capabilities`` (a `Capabilities` that overrides what the queue
     reports, to test a narrower configuration) and ``clock`` (the
     `taskrunner.clock.Clock` the backend measures leases on, when `advance` moves a
-    fake clock; the suite then reads time from it and treats time as simulated).
+    fake clock; the suite then reads time from it and treats time as simulated, and
+    takes its ``time()`` as the backend's wall clock for `AddRequest.due_at`).
     """
 
     @property
