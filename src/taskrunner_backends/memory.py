@@ -744,7 +744,7 @@ def _check_request(request: AddRequest) -> None:
     if request.unique_key is not None:
         _check_name("unique_key", request.unique_key)
     if request.unique_seconds is not None:
-        _check_seconds("unique_seconds", request.unique_seconds, positive=True)
+        _check_seconds("unique_seconds", request.unique_seconds)
 
 
 def _check_name(setting: str, value: str) -> None:
