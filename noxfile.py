@@ -68,6 +68,13 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/throughput.py", *session.posargs)
 
 
+@nox.session(name="bench-scheduling")
+def bench_scheduling(session: nox.Session) -> None:
+    """Delayed burst and unique-key cost on Redis (bench/scheduling.py); not a default session."""
+    install(session, "test")
+    session.run("python", "bench/scheduling.py", *session.posargs)
+
+
 @nox.session
 def soak(session: nox.Session) -> None:
     """Chaos soak of the Redis backend (tests/soak); not in the default sessions.
