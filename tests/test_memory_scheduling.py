@@ -405,3 +405,60 @@ async def test_closed_handle_refuses_scheduling_calls() -> None:
     with pytest.raises(QueueClosedError):
         await other.cancel(["1"])
     assert await queue.len() == 0
+
+
+# -- cancelled entries are skipped lazily; counts stay exact ------------------------
+
+
+async def test_receive_with_only_cancelled_ready_entries_waits_for_a_new_add() -> None:
+    queue, clock = make()
+    ids = await queue.add([b"a", b"b"])
+    assert await queue.cancel(ids) == [True, True]
+    waiter = asyncio.ensure_future(
+        queue.receive("c", max_messages=5, wait_seconds=60, lease_seconds=LEASE)
+    )
+    await clock.advance(1.0)
+    assert not waiter.done()  # it did not return early on the skipped entries
+    await queue.add([b"c"])
+    await clock.advance(0)
+    [delivery] = await asyncio.wait_for(waiter, 1.0)
+    assert delivery.body == b"c"
+    stats = await queue.stats()
+    assert (stats.ready, stats.delayed, stats.in_flight) == (0, 0, 1)
+
+
+async def test_counts_exact_after_cancelled_delayed_entries_fall_due() -> None:
+    queue, clock = make()
+    added = await queue.add_requests(
+        [AddRequest(body=b"%d" % i, delay_seconds=1 + i) for i in range(4)]
+    )
+    assert await queue.cancel([added[0].message_id, added[2].message_id]) == [True, True]
+    stats = await queue.stats()
+    assert (stats.ready, stats.delayed) == (0, 2)
+    await clock.advance(10)
+    stats = await queue.stats()
+    assert (stats.ready, stats.delayed) == (2, 0)
+    assert await bodies(queue) == [b"1", b"3"]
+    stats = await queue.stats()
+    assert (stats.ready, stats.delayed, stats.in_flight) == (0, 0, 2)
+
+
+async def test_counts_exact_after_cancel_then_purge() -> None:
+    queue, _ = make()
+    ids = await queue.add([b"a", b"b"])
+    [delayed] = await queue.add_requests([AddRequest(body=b"d", delay_seconds=5)])
+    await queue.cancel([ids[0], delayed.message_id])
+    assert await queue.purge() == 1
+    await queue.add([b"n"])
+    await queue.add_requests([AddRequest(body=b"m", delay_seconds=5)])
+    stats = await queue.stats()
+    assert (stats.ready, stats.delayed) == (1, 1)
+    assert await queue.len() == 2
+
+
+async def test_max_messages_counts_only_live_messages() -> None:
+    queue, _ = make()
+    ids = await queue.add([b"a", b"b", b"c", b"d"])
+    await queue.cancel(ids[:2])
+    got = await queue.receive("c", max_messages=2, wait_seconds=0, lease_seconds=LEASE)
+    assert [d.body for d in got] == [b"c", b"d"]

@@ -101,6 +101,10 @@ class _Store:
     ready: deque[str] = field(default_factory=deque)
     # (due monotonic time, sequence, message id) of released messages not yet due.
     delayed: list[tuple[float, int, str]] = field(default_factory=list)
+    # Entries of `ready` and `delayed` whose message was cancelled: left in place (removal
+    # from the middle is O(n)), skipped when reached and subtracted from the counts.
+    cancelled_ready: int = 0
+    cancelled_delayed: int = 0
     in_flight: dict[str, _Message] = field(default_factory=dict)
     dead: dict[str, DeadLetter] = field(default_factory=dict)
     consumers_seen: dict[str, float] = field(default_factory=dict)
@@ -218,7 +222,7 @@ class InMemoryQueue:
             now = store.clock.monotonic()
             self._promote_due(now)
             store.consumers_seen[consumer] = now
-            if store.ready:
+            if len(store.ready) > store.cancelled_ready:
                 return self._lease_ready(consumer, max_messages, lease_seconds, now)
             remaining = deadline - now
             if remaining <= 0:
@@ -339,13 +343,14 @@ class InMemoryQueue:
         pending: dict[str, int] = dict.fromkeys(store.consumers_seen, 0)
         for message in store.in_flight.values():
             pending[message.owner] = pending.get(message.owner, 0) + 1
+        self._skip_cancelled_head()
         oldest_ready = store.messages[store.ready[0]].added_at if store.ready else None
         oldest_touch = min((m.touched_at for m in store.in_flight.values()), default=None)
         return QueueStats(
-            ready=len(store.ready),
+            ready=len(store.ready) - store.cancelled_ready,
             in_flight=len(store.in_flight),
             dead=len(store.dead),
-            delayed=len(store.delayed),
+            delayed=len(store.delayed) - store.cancelled_delayed,
             oldest_ready_age_seconds=None if oldest_ready is None else now - oldest_ready,
             oldest_in_flight_age_seconds=None if oldest_touch is None else now - oldest_touch,
             consumers=tuple(
@@ -400,6 +405,7 @@ class InMemoryQueue:
         store.messages.clear()
         store.ready.clear()
         store.delayed.clear()
+        store.cancelled_ready = store.cancelled_delayed = 0
         store.in_flight.clear()
         store.unique.clear()
         return count
@@ -526,10 +532,9 @@ class InMemoryQueue:
                 continue
             del store.messages[message_id]
             if message.state == "ready":
-                store.ready.remove(message_id)
+                store.cancelled_ready += 1
             else:
-                store.delayed = [entry for entry in store.delayed if entry[2] != message_id]
-                heapq.heapify(store.delayed)
+                store.cancelled_delayed += 1
             self._free_key(message)
             removed.append(True)
         return removed
@@ -633,7 +638,8 @@ class InMemoryQueue:
 
     def ready_bodies(self) -> list[bytes]:
         """Bodies of ready messages in delivery order (delayed ones excluded)."""
-        return [self._store.messages[i].body for i in self._store.ready]
+        messages = self._store.messages
+        return [messages[i].body for i in self._store.ready if i in messages]
 
     def in_flight(self) -> dict[str, tuple[str, int]]:
         """Message id -> (owner, delivery count) of every leased message."""
@@ -654,9 +660,18 @@ class InMemoryQueue:
         while store.delayed and store.delayed[0][0] <= now:
             _, _, message_id = heapq.heappop(store.delayed)
             message = store.messages.get(message_id)
+            if message is None:
+                store.cancelled_delayed -= 1
             if message is not None and message.state == "delayed":
                 message.state = "ready"
                 store.ready.append(message_id)
+
+    def _skip_cancelled_head(self) -> None:
+        # So the head of `ready` is a live message (its age is the oldest ready age).
+        store = self._store
+        while store.ready and store.ready[0] not in store.messages:
+            store.ready.popleft()
+            store.cancelled_ready -= 1
 
     def _lease_ready(
         self, consumer: str, max_messages: int, lease_seconds: float, now: float
@@ -664,7 +679,10 @@ class InMemoryQueue:
         store = self._store
         deliveries: list[Delivery] = []
         while store.ready and len(deliveries) < max_messages:
-            message = store.messages[store.ready.popleft()]
+            message = store.messages.get(store.ready.popleft())
+            if message is None:
+                store.cancelled_ready -= 1
+                continue
             deliveries.append(self._grant(message, consumer, lease_seconds, now))
         return deliveries
 
