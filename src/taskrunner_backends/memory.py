@@ -14,6 +14,9 @@ server-backed queue, stated up front:
 * Delayed adds, unique keys, cancellation and leadership (`scheduling`, `leadership`)
   are exact on the injected clock: precision 0, so a delayed message is ready at its
   due time and a unique key or a leader lease lapses at its deadline, to the tick.
+  ``due_at`` is read against the clock's wall time once, at the add, and then waits
+  on its monotonic time like a release delay. `cancel` leaves the entry in place and
+  skips it when reached (constant time per id); counts subtract the skipped entries.
 
 Below the contract methods, under "Test conveniences", sit synchronous inspection
 helpers (`ready_bodies`, `in_flight`, `dead_letters`). The runner never calls them.
