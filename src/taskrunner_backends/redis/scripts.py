@@ -3,7 +3,9 @@
 Each script runs atomically on the server, which is what makes the fenced operations
 safe: the owner and delivery-count check and the action that follows cannot be
 interleaved with another client's claim. Scripts declare every key they touch in
-KEYS (all share the queue's hash tag), so they run on Redis Cluster too.
+KEYS, except the per-key unique locks (``u:<key>``), which they build from the queue's
+prefix (passed in ARGV); every key carries the queue's hash tag, so each script stays
+within one slot and runs on Redis Cluster too.
 """
 
 from __future__ import annotations
