@@ -67,16 +67,19 @@ class PayloadCodec:
         task: The task's name, used in error messages.
         payload_type: The declared type (a msgspec Struct, a dataclass, a TypedDict or
             plain JSON types); `typing.Any` accepts any JSON value.
+        what: What the values are, for error messages (``"result"`` for the codec of
+            a task's return value).
     """
 
-    def __init__(self, task: str, payload_type: Any) -> None:
+    def __init__(self, task: str, payload_type: Any, *, what: str = "payload") -> None:
         self._task = task
         self._type = payload_type
+        self._what = what
         try:
             self._decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(payload_type)
         except TypeError as exc:
             raise TypeError(
-                f"task {task!r}: payload type {payload_type!r} cannot be encoded as JSON: {exc}"
+                f"task {task!r}: {what} type {payload_type!r} cannot be encoded as JSON: {exc}"
             ) from exc
 
     def encode(self, payload: object) -> msgspec.Raw:
@@ -92,7 +95,8 @@ class PayloadCodec:
             raw = _ENCODER.encode(payload)
         except TypeError as exc:
             raise PayloadValidationError(
-                f"task {self._task!r}: payload cannot be encoded as JSON: {exc}", task=self._task
+                f"task {self._task!r}: {self._what} cannot be encoded as JSON: {exc}",
+                task=self._task,
             ) from exc
         self.decode(raw)
         return msgspec.Raw(raw)
@@ -107,7 +111,7 @@ class PayloadCodec:
             return self._decoder.decode(raw)
         except Exception as exc:
             raise PayloadValidationError(
-                f"task {self._task!r}: payload does not match {_type_name(self._type)}: "
+                f"task {self._task!r}: {self._what} does not match {_type_name(self._type)}: "
                 f"{_problem(exc)}",
                 task=self._task,
             ) from exc

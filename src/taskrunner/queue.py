@@ -33,6 +33,9 @@ satisfy it: a backend offers them as properties named ``scheduling`` (`Schedulin
 delayed and unique adds, cancellation) and ``leadership`` (`Leadership`: leader leases
 with fencing tokens, fire-once records for periodic schedules), and callers read them
 with `scheduling_of` and `leadership_of`, which return None for a backend without them.
+Issue 12 added two more of the same kind: ``results`` (`ResultStore`: task results
+with a TTL) and ``lookup`` (`MessageLookup`: the state of one message by id), read
+with `results_of` and `lookup_of`.
 """
 
 from __future__ import annotations
@@ -53,14 +56,20 @@ __all__ = [
     "FireRecord",
     "LeaderLease",
     "Leadership",
+    "MessageLookup",
+    "MessageState",
     "Queue",
     "QueueAdmin",
     "QueueStats",
     "Receipt",
+    "ResultStore",
+    "ResultWrite",
     "Scheduling",
     "WorkerInfo",
     "WorkerRegistry",
     "leadership_of",
+    "lookup_of",
+    "results_of",
     "scheduling_of",
 ]
 
@@ -127,6 +136,10 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
         unique_add: `Queue.scheduling` honours `AddRequest.unique_key`.
         cancel: `Scheduling.cancel` removes queued and delayed messages.
         leadership: `Queue.leadership` is implemented.
+        results: `Queue.results` (`ResultStore`) is implemented.
+        result_notify: `ResultStore.wait_result` wakes when the result is stored,
+            without polling (else it may poll, at most every 50 ms).
+        lookup: `Queue.lookup` (`MessageLookup`) is implemented.
     """
 
     blocking_receive: bool = False
@@ -141,6 +154,9 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     unique_add: bool = False
     cancel: bool = False
     leadership: bool = False
+    results: bool = False
+    result_notify: bool = False
+    lookup: bool = False
 
 
 class ConsumerStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -711,4 +727,149 @@ def scheduling_of(queue: Queue) -> Scheduling | None:
 def leadership_of(queue: Queue) -> Leadership | None:
     """The backend's `Leadership` part (its ``leadership`` property), or None."""
     part: Leadership | None = getattr(queue, "leadership", None)
+    return part
+
+
+class ResultWrite(msgspec.Struct, frozen=True, kw_only=True):
+    """One result to store through `ResultStore.put_results`.
+
+    Attributes:
+        message_id: The message the result belongs to (the key it is stored under).
+        body: Opaque bytes (the engine's encoded result); the backend never decodes them.
+        ttl_seconds: How long the result is kept from this write on; > 0 and finite.
+    """
+
+    message_id: str
+    body: bytes
+    ttl_seconds: float
+
+
+class ResultStore(Protocol):
+    """Task results by message id, each kept for its TTL.
+
+    A backend that implements it returns it from `Queue.results` and claims
+    ``Capabilities.results``. The runner writes a task's result before it acks the
+    message (or dead-letters it), so an acked message that stores results always has
+    one; a message run twice (its lease lapsed) writes the same key twice, and the last
+    write wins. TTLs are measured on the backend's clock with the backend's
+    ``lease_precision_seconds``.
+
+    Guarantees, one per line; each has a conformance test that reads the same:
+
+    * A stored result is returned, byte for byte, until its TTL has passed, and not after.
+    * A later write of one message id replaces the earlier one and restarts its TTL.
+    * Results of different message ids are independent; an unknown id has no result.
+    * wait_result returns a result stored while it waits, well before its timeout.
+    * wait_result returns None when no result is stored within its timeout, not before.
+    * Deleted results, and those of a deleted queue, are gone.
+    * Invalid arguments raise ValueError or TypeError before anything changes.
+    """
+
+    async def put_results(self, results: Sequence[ResultWrite]) -> None:
+        """Store each result under its message id for its TTL; one round trip per call.
+
+        Two writes of one id in one batch: the later one wins. Returns once every
+        result is stored.
+
+        Raises:
+            TypeError: An item is not a `ResultWrite`, or a body is not `bytes`.
+            ValueError: A TTL is <= 0 or not finite, or a message id is empty;
+                nothing is stored.
+            BackendUnavailableError: The backend could not be reached; some of the
+                results may have been stored.
+        """
+        ...
+
+    async def get_results(self, message_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored body of each id, in order; None where there is none (or it expired)."""
+        ...
+
+    async def wait_result(self, message_id: str, *, timeout_seconds: float) -> bytes | None:
+        """The body of `message_id`'s result, waiting up to `timeout_seconds` for it.
+
+        Returns at once when it is already stored. Without busy polling when the
+        backend claims ``Capabilities.result_notify``.
+
+        Returns:
+            The body, or None when none was stored by the timeout.
+
+        Raises:
+            ValueError: `timeout_seconds` < 0 or not finite, or `message_id` empty.
+        """
+        ...
+
+    async def delete_results(self, message_ids: Sequence[str]) -> int:
+        """Delete the results of `message_ids`; returns how many existed."""
+        ...
+
+
+MessageStateName = Literal["ready", "delayed", "running", "dead"]
+
+
+class MessageState(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one message is, as its backend sees it.
+
+    Attributes:
+        message_id: The id asked about (for a dead letter: its original id).
+        state: ``ready`` (receive would hand it out), ``delayed`` (added with a delay
+            or released with one that is not over), ``running`` (leased to a
+            consumer) or ``dead`` (in the dead-letter store).
+        delivery_count: Deliveries so far (0 before the first).
+        body: The message bytes, when the backend can return them cheaply.
+        added_at: Wall-clock time (Unix seconds) the message was added, when known.
+        due_at: For ``delayed``: the wall-clock time it becomes ready, when known.
+        consumer: For ``running``: the consumer holding the lease.
+        idle_seconds: For ``running``: seconds since it was leased or last heartbeated.
+        dead_reason: For ``dead``: the dead-letter reason.
+        dead_at: For ``dead``: wall-clock time it was dead-lettered.
+    """
+
+    message_id: str
+    state: MessageStateName
+    delivery_count: int
+    body: bytes | None = None
+    added_at: float | None = None
+    due_at: float | None = None
+    consumer: str | None = None
+    idle_seconds: float | None = None
+    dead_reason: str | None = None
+    dead_at: float | None = None
+
+
+class MessageLookup(Protocol):
+    """The state of messages by id, read from what the backend keeps anyway.
+
+    A backend that implements it returns it from `Queue.lookup` and claims
+    ``Capabilities.lookup``. It costs the hot path nothing: it answers from the
+    backend's existing records (and, for dead letters, an index by original id).
+
+    Guarantees, one per line; each has a conformance test that reads the same:
+
+    * A message not yet delivered is ready, with delivery count 0.
+    * A delayed message is delayed until it is due, then ready.
+    * A leased message is running, with its holder and delivery count.
+    * A released message is delayed or ready, with the delivery count it had.
+    * A dead-lettered message is dead, under its original id, with its reason.
+    * An acked, cancelled, purged or unknown message has no state.
+    """
+
+    async def lookup(self, message_ids: Sequence[str]) -> list[MessageState | None]:
+        """The state of each id, in order; None where the backend holds no such message.
+
+        A dead letter is found by the id the message had on the queue
+        (`DeadLetter.original_id`). Ids that are not in the backend's format are
+        unknown (None), never an error.
+        """
+        ...
+
+
+def results_of(queue: Queue) -> ResultStore | None:
+    """The backend's `ResultStore` (its ``results`` property), or None."""
+    part: ResultStore | None = getattr(queue, "results", None)
+    return part
+
+
+def lookup_of(queue: Queue) -> MessageLookup | None:
+    """The backend's `MessageLookup` (its ``lookup`` property), or None."""
+    part: MessageLookup | None = getattr(queue, "lookup", None)
     return part
