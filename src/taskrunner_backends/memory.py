@@ -17,6 +17,18 @@ server-backed queue, stated up front:
   ``due_at`` is read against the clock's wall time once, at the add, and then waits
   on its monotonic time like a release delay. `cancel` leaves the entry in place and
   skips it when reached (constant time per id); counts subtract the skipped entries.
+* Results (`results`) are exact on the injected clock too: a result is returned while
+  the clock reads before its expiry and never from its expiry on. Handles of one store
+  share them, as they share messages. Expired results are dropped when read and swept
+  from a heap of expiries on every `ResultStore` call, at most ``256`` plus the number
+  of writes in the call each time, so no call pauses on a backlog, a backlog drains
+  (each call removes more than it adds), and the heap is rebuilt once it holds more
+  than twice the results plus 1024 entries (stale entries of overwritten results).
+  `wait_result` waits on a future that `put_results` completes: no polling.
+* `lookup` answers from the message records and an index of dead letters by original
+  id, in constant time per id. Times are read off the monotonic clock and reported on
+  the wall clock as the clock reads it now (``added_at`` and ``due_at`` move with any
+  step of the wall clock since the add).
 
 Below the contract methods, under "Test conveniences", sit synchronous inspection
 helpers (`ready_bodies`, `in_flight`, `dead_letters`). The runner never calls them.
@@ -34,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Self
 from urllib.parse import parse_qsl, urlsplit
 
-from taskrunner.clock import Clock, SystemClock, wait_event
+from taskrunner.clock import Clock, SystemClock, wait_event, wait_future
 from taskrunner.errors import ConfigurationError, QueueClosedError
 from taskrunner.queue import (
     Added,
@@ -47,9 +59,13 @@ from taskrunner.queue import (
     FireRecord,
     LeaderLease,
     Leadership,
+    MessageLookup,
+    MessageState,
     QueueAdmin,
     QueueStats,
     Receipt,
+    ResultStore,
+    ResultWrite,
     Scheduling,
     WorkerInfo,
     WorkerRegistry,
@@ -69,7 +85,17 @@ _CAPABILITIES = Capabilities(
     unique_add=True,
     cancel=True,
     leadership=True,
+    results=True,
+    result_notify=True,
+    lookup=True,
 )
+
+# Expired results each ResultStore call sweeps at most (beyond the writes it makes), so
+# a backlog costs no single call more than this many heap pops.
+_SWEEP_PER_CALL = 256
+# The expiry heap is rebuilt from the live entries once it holds more than twice as
+# many entries as there are results plus this slack (stale entries of overwrites).
+_HEAP_SLACK = 1024
 
 
 @dataclass(slots=True)
@@ -86,6 +112,8 @@ class _Message:
     lease_seconds: float = 0.0
     # The unique key this message was added with, freed at its final outcome.
     unique_key: str | None = None
+    # Monotonic time a delayed message falls due (meaningful while state is "delayed").
+    due: float = 0.0
 
 
 @dataclass(slots=True)
@@ -110,6 +138,8 @@ class _Store:
     cancelled_delayed: int = 0
     in_flight: dict[str, _Message] = field(default_factory=dict)
     dead: dict[str, DeadLetter] = field(default_factory=dict)
+    # original message id -> dead-letter id, so lookup finds a dead letter in O(1).
+    dead_by_original: dict[str, str] = field(default_factory=dict)
     consumers_seen: dict[str, float] = field(default_factory=dict)
     # instance -> (entry, monotonic expiry)
     workers: dict[str, tuple[WorkerInfo, float]] = field(default_factory=dict)
@@ -120,6 +150,15 @@ class _Store:
     # Latest token issued per election; survives resignations so tokens never repeat.
     tokens: dict[str, int] = field(default_factory=dict)
     fired: dict[str, FireRecord] = field(default_factory=dict)
+    # message id -> (result body, monotonic expiry)
+    results: dict[str, tuple[bytes, float]] = field(default_factory=dict)
+    # (monotonic expiry, message id) per write; entries of overwritten results go stale
+    # and are skipped when popped.
+    result_expiries: list[tuple[float, str]] = field(default_factory=list)
+    # message id -> {future of a waiting wait_result: the handle it waits through}
+    result_waiters: dict[str, dict[asyncio.Future[None], InMemoryQueue]] = field(
+        default_factory=dict
+    )
     # Replaced by a fresh event each time it is set, so every waiter of one
     # generation wakes once.
     arrival: asyncio.Event = field(default_factory=asyncio.Event)
@@ -190,6 +229,20 @@ class InMemoryQueue:
     def leadership(self) -> Leadership:
         """This queue: leader leases and fire-once records are implemented."""
         return self
+
+    @property
+    def results(self) -> ResultStore:
+        """This queue: task results with a TTL, shared by the handles of one store."""
+        return self
+
+    @property
+    def lookup(self) -> MessageLookup:
+        """The state of messages by id, answered from this store's records.
+
+        A separate object, not the queue itself: the part's one method is also named
+        ``lookup``, which the queue's own attribute of that name (this property) hides.
+        """
+        return _Lookup(self)
 
     # -- the contract ------------------------------------------------------------
 
@@ -327,6 +380,7 @@ class InMemoryQueue:
                 continue
             self._forget(message)
             dead_id = f"dead-{next(store.sequence)}"
+            store.dead_by_original[message.id] = dead_id
             store.dead[dead_id] = DeadLetter(
                 message_id=dead_id,
                 original_id=message.id,
@@ -375,8 +429,13 @@ class InMemoryQueue:
         """Close this handle; other handles on the store stay open."""
         if not self._closed:
             self._closed = True
-            # Wake this handle's waiting receives so they raise QueueClosedError.
+            # Wake this handle's waiting receives and wait_results so they raise
+            # QueueClosedError; those of other handles keep waiting.
             self._store.notify()
+            for waiters in self._store.result_waiters.values():
+                for future, handle in waiters.items():
+                    if handle is self and not future.done():
+                        future.set_result(None)
 
     # -- QueueAdmin -----------------------------------------------------------------
 
@@ -390,7 +449,7 @@ class InMemoryQueue:
         self._check_open()
         store = self._store
         chosen = list(store.dead) if message_ids is None else list(message_ids)
-        bodies = [store.dead.pop(i).body for i in chosen if i in store.dead]
+        bodies = [self._pop_dead(i).body for i in chosen if i in store.dead]
         return await self.add(bodies)
 
     async def purge_dead_letters(self, message_ids: Sequence[str] | None = None) -> int:
@@ -398,7 +457,7 @@ class InMemoryQueue:
         self._check_open()
         store = self._store
         chosen = list(store.dead) if message_ids is None else list(message_ids)
-        return sum(store.dead.pop(i, None) is not None for i in chosen)
+        return sum(self._pop_dead(i) is not None for i in chosen if i in store.dead)
 
     async def purge(self) -> int:
         """Delete every ready, delayed and in-flight message."""
@@ -414,10 +473,16 @@ class InMemoryQueue:
         return count
 
     async def delete_queue(self) -> None:
-        """Delete messages, dead letters, consumers and worker entries of this store."""
+        """Delete messages, dead letters, consumers, worker entries and results of this store.
+
+        A `wait_result` pending on the store keeps waiting (for a result stored later).
+        """
         await self.purge()
         store = self._store
         store.dead.clear()
+        store.dead_by_original.clear()
+        store.results.clear()
+        store.result_expiries.clear()
         store.consumers_seen.clear()
         store.workers.clear()
         store.elections.clear()
@@ -637,7 +702,155 @@ class InMemoryQueue:
         fired = self._store.fired
         return {name: fired[name] for name in schedules if name in fired}
 
+    # -- ResultStore ---------------------------------------------------------------------
+
+    async def put_results(self, results: Sequence[ResultWrite]) -> None:
+        """Store each result for its TTL; the later of two writes of one id wins.
+
+        The whole batch is checked first: nothing is stored when any item is invalid.
+        Each write (also the second of one id in one batch) restarts the id's TTL, and
+        every `wait_result` waiting on a written id, through any handle, wakes.
+
+        Raises:
+            TypeError: `results` is a single `ResultWrite`, an item is not a
+                `ResultWrite`, or a body is not `bytes`, a TTL not a number or an id
+                not a `str`.
+            ValueError: A TTL is <= 0 or not finite, or an id is empty or holds a lone
+                surrogate.
+        """
+        if isinstance(results, ResultWrite):
+            raise TypeError("results must be a sequence of ResultWrite, not a single one")
+        for write in results:
+            _check_result_write(write)
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        for write in results:
+            expiry = now + write.ttl_seconds
+            store.results[write.message_id] = (write.body, expiry)
+            heapq.heappush(store.result_expiries, (expiry, write.message_id))
+        self._sweep_results(now, len(results))
+        for message_id in dict.fromkeys(write.message_id for write in results):
+            for future in store.result_waiters.pop(message_id, {}):
+                if not future.done():
+                    future.set_result(None)
+
+    async def get_results(self, message_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored body of each id, in order; None for unknown, expired or odd ids.
+
+        Raises:
+            TypeError: `message_ids` is a single string, or an id is not a `str`.
+        """
+        _check_ids(message_ids)
+        self._check_open()
+        now = self._store.clock.monotonic()
+        self._sweep_results(now, 0)
+        return [self._live_result(message_id, now) for message_id in message_ids]
+
+    async def wait_result(self, message_id: str, *, timeout_seconds: float) -> bytes | None:
+        """The result of `message_id`, waiting up to `timeout_seconds` on the store's clock.
+
+        Returns at once when the result is stored; otherwise waits on a future that
+        `put_results` of this id completes (no polling), and returns None once the
+        clock has moved `timeout_seconds` with no result stored. A result that expired
+        is not returned. Cancelling the call leaves nothing behind.
+
+        Raises:
+            TypeError: `message_id` is not a `str` or `timeout_seconds` not a number.
+            ValueError: `timeout_seconds` < 0 or not finite, or `message_id` empty.
+            QueueClosedError: This handle is closed, also while the call waits.
+        """
+        _check_name("message_id", message_id)
+        _check_seconds("timeout_seconds", timeout_seconds)
+        self._check_open()
+        store = self._store
+        deadline = store.clock.monotonic() + timeout_seconds
+        while True:
+            now = store.clock.monotonic()
+            self._sweep_results(now, 0)
+            body = self._live_result(message_id, now)
+            if body is not None:
+                return body
+            remaining = deadline - now
+            if remaining <= 0:
+                return None
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            store.result_waiters.setdefault(message_id, {})[future] = self
+            try:
+                await wait_future(store.clock, future, remaining)
+            finally:
+                # put_results pops the whole set it wakes; on a timeout or a
+                # cancellation this waiter removes itself, so no future is left behind.
+                waiters = store.result_waiters.get(message_id)
+                if waiters is not None:
+                    waiters.pop(future, None)
+                    if not waiters:
+                        del store.result_waiters[message_id]
+                future.cancel()
+            self._check_open()
+
+    async def delete_results(self, message_ids: Sequence[str]) -> int:
+        """Delete the results of `message_ids`; returns how many unexpired ones existed.
+
+        An id named twice counts once. `QueueAdmin.delete_queue` deletes every result;
+        `QueueAdmin.purge` deletes messages only and leaves results.
+
+        Raises:
+            TypeError: `message_ids` is a single string, or an id is not a `str`.
+        """
+        _check_ids(message_ids)
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        self._sweep_results(now, 0)
+        deleted = 0
+        for message_id in message_ids:
+            held = store.results.pop(message_id, None)
+            if held is not None and now < held[1]:
+                deleted += 1
+        return deleted
+
+    # -- MessageLookup -----------------------------------------------------------------
+
+    def _lookup_states(self, message_ids: Sequence[str]) -> list[MessageState | None]:
+        _check_ids(message_ids)
+        self._check_open()
+        store = self._store
+        now = store.clock.monotonic()
+        wall = store.clock.time()
+        states: list[MessageState | None] = []
+        for message_id in message_ids:
+            message = store.messages.get(message_id)
+            if message is not None:
+                states.append(_state_of(message, now, wall))
+            else:
+                states.append(self._dead_state(message_id))
+        return states
+
+    def _dead_state(self, original_id: str) -> MessageState | None:
+        store = self._store
+        dead_id = store.dead_by_original.get(original_id)
+        if dead_id is None:
+            return None
+        letter = store.dead.get(dead_id)
+        if letter is None or letter.original_id != original_id:
+            # Defensive: an index entry outliving its letter must not report a state.
+            del store.dead_by_original[original_id]
+            return None
+        return MessageState(
+            message_id=original_id,
+            state="dead",
+            delivery_count=letter.delivery_count,
+            body=letter.body,
+            dead_reason=letter.reason,
+            dead_at=letter.dead_at,
+        )
+
     # -- test conveniences (not part of the contract; the runner never calls these) --
+
+    def held_results(self) -> int:
+        """Results the store holds, expired ones not yet swept included."""
+        return len(self._store.results)
 
     def ready_bodies(self) -> list[bytes]:
         """Bodies of ready messages in delivery order (delayed ones excluded)."""
@@ -653,6 +866,13 @@ class InMemoryQueue:
         return list(self._store.dead.values())
 
     # -- internals ------------------------------------------------------------------
+
+    def _pop_dead(self, dead_id: str) -> DeadLetter:
+        store = self._store
+        letter = store.dead.pop(dead_id)
+        if store.dead_by_original.get(letter.original_id) == dead_id:
+            del store.dead_by_original[letter.original_id]
+        return letter
 
     def _check_open(self) -> None:
         if self._closed:
@@ -740,7 +960,113 @@ class InMemoryQueue:
 
     def _park(self, message_id: str, due: float) -> None:
         store = self._store
+        store.messages[message_id].due = due
         heapq.heappush(store.delayed, (due, next(store.sequence), message_id))
+
+    def _live_result(self, message_id: str, now: float) -> bytes | None:
+        store = self._store
+        held = store.results.get(message_id)
+        if held is None:
+            return None
+        body, expiry = held
+        if now >= expiry:
+            # Its heap entry goes stale and is skipped when popped.
+            del store.results[message_id]
+            return None
+        return body
+
+    def _sweep_results(self, now: float, writes: int) -> None:
+        # Bounded so a backlog of expiries costs no call more than a fixed number of
+        # pops beyond its own writes; every call removes more than it adds, so it drains.
+        store = self._store
+        heap = store.result_expiries
+        budget = _SWEEP_PER_CALL + writes
+        while heap and budget > 0 and heap[0][0] <= now:
+            expiry, message_id = heapq.heappop(heap)
+            budget -= 1
+            held = store.results.get(message_id)
+            if held is not None and held[1] == expiry:
+                del store.results[message_id]
+        if len(heap) > 2 * len(store.results) + _HEAP_SLACK:
+            # Overwrites leave stale entries until their old expiry; rebuilding now and
+            # then keeps the heap proportional to the results, at O(1) amortized per write.
+            store.result_expiries = [(held[1], key) for key, held in store.results.items()]
+            heapq.heapify(store.result_expiries)
+
+
+class _Lookup:
+    """`MessageLookup` over one handle (see `InMemoryQueue.lookup`)."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: InMemoryQueue) -> None:
+        self._queue = queue
+
+    async def lookup(self, message_ids: Sequence[str]) -> list[MessageState | None]:
+        """The state of each id, in order; None where the store holds no such message.
+
+        Ready: never delivered (delivery count 0) or released and due. Delayed: added
+        with a delay, or released with one, not yet due, with ``due_at`` on the wall
+        clock. Running: leased, with its holder, idle time and delivery count (also
+        once the lease lapsed, until it is reclaimed). Dead: found by the message's
+        original id, with reason, time and body. Acked, cancelled, purged, retried
+        (the retry has a new id), unknown and malformed ids are None. Constant time
+        per id.
+
+        Raises:
+            TypeError: `message_ids` is a single string, or an id is not a `str`.
+            QueueClosedError: The handle is closed.
+        """
+        return self._queue._lookup_states(message_ids)
+
+
+def _state_of(message: _Message, now: float, wall: float) -> MessageState:
+    added_at = wall - (now - message.added_at)
+    if message.state == "in_flight":
+        return MessageState(
+            message_id=message.id,
+            state="running",
+            delivery_count=message.delivery_count,
+            body=message.body,
+            added_at=added_at,
+            consumer=message.owner,
+            idle_seconds=now - message.touched_at,
+        )
+    # A delayed message past its due time is ready, whether or not a receive has
+    # moved it to the ready deque yet.
+    if message.state == "delayed" and message.due > now:
+        return MessageState(
+            message_id=message.id,
+            state="delayed",
+            delivery_count=message.delivery_count,
+            body=message.body,
+            added_at=added_at,
+            due_at=wall + (message.due - now),
+        )
+    return MessageState(
+        message_id=message.id,
+        state="ready",
+        delivery_count=message.delivery_count,
+        body=message.body,
+        added_at=added_at,
+    )
+
+
+def _check_ids(message_ids: Sequence[str]) -> None:
+    if isinstance(message_ids, str | bytes):
+        raise TypeError("message_ids must be a sequence of ids, not a single string")
+    for message_id in message_ids:
+        if not isinstance(message_id, str):
+            raise TypeError(f"a message id must be a str, not {type(message_id).__name__}")
+
+
+def _check_result_write(write: ResultWrite) -> None:
+    if not isinstance(write, ResultWrite):
+        raise TypeError(f"expected a ResultWrite, got {type(write).__name__}")
+    _check_name("message_id", write.message_id)
+    if not isinstance(write.body, bytes):
+        raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
+    _check_seconds("ttl_seconds", write.ttl_seconds, positive=True)
 
 
 def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
