@@ -7,6 +7,13 @@ when idle. While the backend is unreachable the loop keeps retrying with backoff
 deliveries stay in the lease table meanwhile, so the lease keeper keeps their leases
 alive, and the fenced ack reports any lease lost in between.
 
+Results (issue 12): an ack may carry the task's result. The batch's results are
+written with one `ResultStore.put_results` call before the batch's `Queue.ack`, so an
+acked message always has its result, at the cost of one round trip per batch that
+carries any. A failed write is retried with the acks (a rewrite replaces the same
+keys); a write whose ack then reports the lease lost stays, to be overwritten when
+the new owner finishes.
+
 A failed send may still have been applied (the connection broke after the backend
 acted, before the reply arrived). The retry of such an ack then finds the lease gone;
 it is reported `Verdict.UNCERTAIN`, not lost: most likely it was this ack that
@@ -22,7 +29,7 @@ from dataclasses import dataclass
 from taskrunner.clock import Clock
 from taskrunner.errors import BackendError, BackendUnavailableError, QueueClosedError
 from taskrunner.leases import Verdict
-from taskrunner.queue import Delivery, Queue
+from taskrunner.queue import Delivery, Queue, ResultStore, ResultWrite
 from taskrunner.reconnect import ReconnectGate
 from taskrunner.retry import Backoff
 
@@ -38,6 +45,7 @@ MAX_ACK_BATCH = 1000
 class _Ack:
     delivery: Delivery
     future: asyncio.Future[Verdict]
+    result: ResultWrite | None
     # An earlier send failed, and the backend may have applied it.
     resent: bool = False
 
@@ -49,27 +57,39 @@ class Acker:
         queue: The backend.
         clock: Paces retries while the backend is unreachable.
         gate: Told when the backend is unreachable (acks themselves are never held).
+        results: Where results carried by acks are written (None: the backend has none).
     """
 
-    def __init__(self, queue: Queue, *, clock: Clock, gate: ReconnectGate | None = None) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        clock: Clock,
+        gate: ReconnectGate | None = None,
+        results: ResultStore | None = None,
+    ) -> None:
         self._queue = queue
+        self._results = results
         self._gate = gate
         self._clock = clock
         self._pending: list[_Ack] = []
         self._wake = asyncio.Event()
         self._closing = asyncio.Event()
 
-    async def ack(self, delivery: Delivery) -> Verdict:
-        """Ack `delivery` and return the backend's verdict.
+    async def ack(self, delivery: Delivery, result: ResultWrite | None = None) -> Verdict:
+        """Ack `delivery` (after writing `result`, if given) and return the backend's verdict.
 
         DONE when completed, LOST when its lease was lost, UNCERTAIN when only a resend
         after a failed send found the lease gone.
 
         Raises:
             QueueClosedError: The queue was closed before the ack could be sent.
+            ValueError: A result was given but the acker has no result store.
         """
+        if result is not None and self._results is None:
+            raise ValueError("this backend has no result store; the result cannot be written")
         future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Ack(delivery, future))
+        self._pending.append(_Ack(delivery, future, result))
         self._wake.set()
         return await future
 
@@ -90,6 +110,9 @@ class Acker:
                 batch = self._pending[:MAX_ACK_BATCH]
                 del self._pending[:MAX_ACK_BATCH]
                 try:
+                    writes = [item.result for item in batch if item.result is not None]
+                    if writes and self._results is not None:
+                        await self._results.put_results(writes)
                     lost = await self._queue.ack([item.delivery for item in batch])
                 except QueueClosedError as exc:
                     _fail(batch, exc)

@@ -40,6 +40,9 @@ PayloadT = TypeVar("PayloadT")
 # Largest encoded message accepted on dispatch and on execution, in bytes.
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 
+# How long a stored task result is kept unless the task or app says otherwise.
+DEFAULT_RESULT_TTL_SECONDS = 3600.0
+
 # Queue names become part of backend keys (a Redis hash tag), so braces and spaces are out.
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 _TASK_NAME = re.compile(r"^[^\s{}]{1,200}$")
@@ -71,6 +74,11 @@ class Task(Generic[PayloadT]):
             (``unique_for`` or ``unique_key`` was given). Its key is the task name, a
             colon and ``unique_key(payload)``, or without that function the task name,
             a colon and the SHA-256 of the encoded payload JSON.
+        store_result: Whether a worker stores the task's outcome (return value or
+            terminal failure) for `taskrunner.Producer.result`.
+        result_ttl: Seconds a stored result is kept.
+        result_codec: Encodes and validates return values against the function's
+            return annotation (`typing.Any` when it has none).
     """
 
     def __init__(
@@ -82,6 +90,8 @@ class Task(Generic[PayloadT]):
         timeout_seconds: float | None,
         unique_for: float | timedelta | None = None,
         unique_key: UniqueKeyFunc | None = None,
+        store_result: bool = False,
+        result_ttl: float | timedelta = DEFAULT_RESULT_TTL_SECONDS,
     ) -> None:
         if not _TASK_NAME.match(name):
             raise ConfigurationError(
@@ -113,6 +123,21 @@ class Task(Generic[PayloadT]):
         self.timeout_seconds = timeout_seconds
         self.takes_payload, payload_type = _payload_type(func, name)
         self.codec = PayloadCodec(name, payload_type)
+        if not isinstance(store_result, bool):
+            raise ConfigurationError(
+                f"task {name!r}: store_result={store_result!r} must be True or False",
+                setting="store_result",
+            )
+        self.store_result = store_result
+        self.result_ttl = _result_ttl(f"task {name!r}: result_ttl", result_ttl)
+        try:
+            self.result_codec = PayloadCodec(name, _return_type(func), what="result")
+        except TypeError:
+            if store_result:
+                raise
+            # Results are not stored: a return annotation msgspec cannot represent
+            # (a user class, say) must not break a task that never needed it.
+            self.result_codec = PayloadCodec(name, Any, what="result")
 
     def __call__(self, payload: PayloadT) -> Any:
         """Call the function directly, in this process (no queue involved)."""
@@ -128,10 +153,17 @@ class App:
     Args:
         queue: Name of the queue the tasks travel on.
         max_message_bytes: Largest encoded message accepted, on dispatch and on execution.
+        store_results: Default of ``store_result`` for tasks registered on this app.
+        result_ttl: Default of ``result_ttl`` (seconds or a timedelta) for its tasks.
     """
 
     def __init__(
-        self, queue: str = "default", *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+        self,
+        queue: str = "default",
+        *,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        store_results: bool = False,
+        result_ttl: float | timedelta = DEFAULT_RESULT_TTL_SECONDS,
     ) -> None:
         if not _QUEUE_NAME.match(queue):
             raise ConfigurationError(
@@ -143,8 +175,15 @@ class App:
                 f"max_message_bytes={max_message_bytes} must be >= 1",
                 setting="max_message_bytes",
             )
+        if not isinstance(store_results, bool):
+            raise ConfigurationError(
+                f"store_results={store_results!r} must be True or False",
+                setting="store_results",
+            )
         self.queue = queue
         self.max_message_bytes = max_message_bytes
+        self.store_results = store_results
+        self.result_ttl = _result_ttl("result_ttl", result_ttl)
         self._tasks: dict[str, Task[Any]] = {}
         self._schedules: dict[str, Schedule] = {}
 
@@ -272,6 +311,8 @@ class App:
         timeout_seconds: float | None = None,
         unique_for: float | timedelta | None = None,
         unique_key: UniqueKeyFunc | None = None,
+        store_result: bool | None = None,
+        result_ttl: float | timedelta | None = None,
     ) -> _TaskDecorator: ...
 
     def task(
@@ -284,6 +325,8 @@ class App:
         timeout_seconds: float | None = None,
         unique_for: float | timedelta | None = None,
         unique_key: UniqueKeyFunc | None = None,
+        store_result: bool | None = None,
+        result_ttl: float | timedelta | None = None,
     ) -> Task[Any] | _TaskDecorator:
         """Register a function as a task; use as ``@app.task`` or ``@app.task(...)``.
 
@@ -297,11 +340,17 @@ class App:
                 `Producer.dispatch`.
             unique_key: Makes every dispatch unique by default, keyed by
                 ``f"{task name}:{unique_key(payload)}"``.
+            store_result: Store the outcome (return value, encoded against the return
+                annotation, or the terminal failure) for `Producer.result` and
+                `Producer.status`; None takes the app's ``store_results``.
+            result_ttl: How long a stored result is kept (seconds or a timedelta);
+                None takes the app's ``result_ttl``.
 
         Raises:
             ConfigurationError: A bad name or setting, or a name registered twice.
             TypeError: The function takes more than one required argument, or its
-                payload type cannot be represented as JSON.
+                payload type (or, with ``store_result``, its return type) cannot be
+                represented as JSON.
         """
         decorator = _TaskDecorator(
             self,
@@ -310,6 +359,8 @@ class App:
             timeout_seconds=timeout_seconds,
             unique_for=unique_for,
             unique_key=unique_key,
+            store_result=self.store_results if store_result is None else store_result,
+            result_ttl=self.result_ttl if result_ttl is None else result_ttl,
         )
         return decorator if func is None else decorator(func)
 
@@ -332,8 +383,12 @@ class _TaskDecorator:
         timeout_seconds: float | None,
         unique_for: float | timedelta | None,
         unique_key: UniqueKeyFunc | None,
+        store_result: bool,
+        result_ttl: float | timedelta,
     ) -> None:
         self._app = app
+        self._store_result = store_result
+        self._result_ttl = result_ttl
         self._name = name
         self._max_retries = max_retries
         self._timeout_seconds = timeout_seconds
@@ -358,6 +413,8 @@ class _TaskDecorator:
             timeout_seconds=self._timeout_seconds,
             unique_for=self._unique_for,
             unique_key=self._unique_key,
+            store_result=self._store_result,
+            result_ttl=self._result_ttl,
         )
         self._app._register(task)
         return task
@@ -379,6 +436,32 @@ def _unique_seconds(name: str, value: float | timedelta | None) -> float | None:
             setting="unique_for",
         )
     return float(seconds)
+
+
+def _result_ttl(what: str, value: float | timedelta) -> float:
+    seconds: Any = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or not seconds > 0
+    ):
+        raise ConfigurationError(
+            f"{what}={value!r} must be a positive number of seconds or a timedelta",
+            setting="result_ttl",
+        )
+    return float(seconds)
+
+
+def _return_type(func: Callable[..., Any]) -> Any:
+    """The declared return type of `func` (Any when unannotated or not resolvable)."""
+    try:
+        hints = get_type_hints(func)
+    except NameError:
+        # Already reported by _payload_type when it is the payload's annotation; an
+        # unresolvable return annotation only loses the result's validation.
+        return Any
+    return hints.get("return", Any)
 
 
 def _payload_type(func: Callable[..., Any], name: str) -> tuple[bool, Any]:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from taskrunner.attempts import AttemptObserver
 from taskrunner.errors import ConfigurationError
 from taskrunner.failure import FailedTaskHandler
 
@@ -106,6 +107,9 @@ class RunnerConfig:
         leader_ttl_seconds: Lease of the scheduler's elected leader (> 0), when the
             app has periodic schedules: renewed every third of it; a leader that dies
             is replaced within about 4/3 of it.
+        observers: Extra `taskrunner.AttemptObserver` objects told about every
+            delivery the runner carries to an outcome, after the built-in ones
+            (metrics, the per-attempt log line, tracing).
     """
 
     num_fetchers: int = 1
@@ -127,6 +131,7 @@ class RunnerConfig:
     long_queue_hook: LongQueueHook | None = None
     monitor_interval_seconds: float = 2.0
     leader_ttl_seconds: float = 10.0
+    observers: tuple[AttemptObserver, ...] = ()
 
     def __post_init__(self) -> None:
         _check_int(self, "num_fetchers", minimum=1, maximum=MAX_FETCHERS)
@@ -181,6 +186,7 @@ class RunnerConfig:
         _check_callable(self, "long_queue_hook")
         _check_float(self, "monitor_interval_seconds", positive=True)
         _check_float(self, "leader_ttl_seconds", positive=True)
+        _check_observers(self.observers)
         if self.long_queue_threshold_seconds is not None:
             _check_float(self, "long_queue_threshold_seconds", positive=True)
         if (self.long_queue_hook is None) != (self.long_queue_threshold_seconds is None):
@@ -242,6 +248,20 @@ def _check_float(obj: object, name: str, *, positive: bool = False) -> None:
         raise ConfigurationError(f"{name}={value} must be > 0", setting=name)
     if not positive and value < 0:
         raise ConfigurationError(f"{name}={value} must be >= 0", setting=name)
+
+
+def _check_observers(observers: object) -> None:
+    if not isinstance(observers, tuple):
+        raise ConfigurationError(
+            f"observers must be a tuple, got {type(observers).__name__}", setting="observers"
+        )
+    for observer in observers:
+        for method in ("attempt_started", "attempt_finished"):
+            if not callable(getattr(observer, method, None)):
+                raise ConfigurationError(
+                    f"observer {observer!r} has no {method} method (see AttemptObserver)",
+                    setting="observers",
+                )
 
 
 def _check_callable(obj: object, name: str) -> None:

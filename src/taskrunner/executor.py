@@ -33,13 +33,16 @@ import asyncio
 import contextvars
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from taskrunner.acker import Acker
 from taskrunner.app import App, Task
+from taskrunner.attempts import Attempt, AttemptObserver, Outcome
 from taskrunner.callbacks import call_callback
 from taskrunner.clock import Clock, wait_future
 from taskrunner.codec import decode_envelope
@@ -52,8 +55,8 @@ from taskrunner.errors import (
 from taskrunner.failure import TaskFailure
 from taskrunner.leases import Lease, Verdict
 from taskrunner.logs import log_delivery
-from taskrunner.messages import Envelope
-from taskrunner.queue import Delivery, Queue
+from taskrunner.messages import Envelope, ResultEnvelope
+from taskrunner.queue import Delivery, Queue, ResultStore, ResultWrite
 from taskrunner.retry import retry_delay
 from taskrunner.stats import StatsRecorder
 
@@ -63,6 +66,11 @@ _log = logging.getLogger("taskrunner.executor")
 
 # Dead-letter reasons are for people; an exception message longer than this is cut.
 _MAX_REASON_CHARS = 2000
+
+# The stored error type of a message delivered more often than its task allows.
+_TOO_MANY_DELIVERIES = "TooManyDeliveries"
+
+_RESULT_ENCODER = msgspec.json.Encoder()
 
 
 class Executor:
@@ -76,6 +84,8 @@ class Executor:
         acker: Sends acks in batches.
         stats: Where outcomes are counted.
         threads: Returns the thread pool for plain ``def`` tasks (created lazily).
+        observers: Told about every delivery (see `taskrunner.attempts`).
+        results: Where task results are written; None when the backend has no store.
     """
 
     def __init__(
@@ -88,6 +98,8 @@ class Executor:
         acker: Acker,
         stats: StatsRecorder,
         threads: Callable[[], ThreadPoolExecutor],
+        observers: Sequence[AttemptObserver] = (),
+        results: ResultStore | None = None,
     ) -> None:
         self._queue = queue
         self._app = app
@@ -96,44 +108,100 @@ class Executor:
         self._acker = acker
         self._stats = stats
         self._threads = threads
+        self._observers = tuple(observers)
+        self._results = results
+        self._warned_no_store: set[str] = set()
 
     async def execute(self, lease: Lease) -> None:
-        """Run `lease`'s delivery to its outcome; never raises except cancellation."""
+        """Run `lease`'s delivery to its outcome; never raises except cancellation.
+
+        Every observer hears of the delivery before the task runs and again once its
+        outcome is settled, cancellation included.
+        """
+        delivery = lease.delivery
+        attempt = Attempt(
+            queue=self._app.queue,
+            message_id=delivery.message_id,
+            delivery_count=delivery.delivery_count,
+            consumer=delivery.receipt.consumer,
+            started_at=self._clock.time(),
+        )
+        observers = self._observers
+        if not observers:
+            await self._execute(lease, attempt)
+            return
+        envelope = self._peek_envelope(delivery)
+        if envelope is not None:
+            attempt.task = envelope.task
+            attempt.task_id = envelope.id
+            attempt.enqueued_at = envelope.enqueued_at
+            attempt.due_at = envelope.due_at
+            attempt.headers = envelope.headers
+        tokens = [_notify(observer.attempt_started, attempt) for observer in observers]
+        attempt.outcome = Outcome.CANCELLED
+        try:
+            await self._execute(lease, attempt, envelope)
+        finally:
+            for observer, token in zip(observers, tokens, strict=True):
+                _notify(observer.attempt_finished, attempt, token)
+
+    def _peek_envelope(self, delivery: Delivery) -> Envelope | None:
+        """The envelope, for observers, when the body is one that will be decoded."""
+        if len(delivery.body) > self._app.max_message_bytes:
+            return None
+        if self._over_runner_wide_cap(delivery.delivery_count) is not None:
+            return None
+        try:
+            return decode_envelope(delivery.body)
+        except MessageError:
+            return None
+
+    async def _execute(
+        self, lease: Lease, attempt: Attempt, envelope: Envelope | None = None
+    ) -> None:
         delivery = lease.delivery
         if len(delivery.body) > self._app.max_message_bytes:
-            await self._give_up(
+            attempt.outcome = await self._give_up(
                 lease,
                 f"message of {len(delivery.body)} bytes exceeds max_message_bytes="
                 f"{self._app.max_message_bytes}",
+                attempt=attempt,
             )
             return
         most_attempts = self._over_runner_wide_cap(delivery.delivery_count)
         if most_attempts is not None:
-            await self._give_up(
+            attempt.outcome = await self._give_up(
                 lease,
                 f"delivered {delivery.delivery_count} times, more than any task of this app "
                 f"allows ({most_attempts} attempt(s): the largest max_retries + 1); earlier "
                 "deliveries did not finish, so it is not decoded again: a worker probably "
                 "crashed or lost its lease while reading or running it",
+                attempt=attempt,
             )
             return
-        envelope: Envelope | None = None
+        task: Task[Any] | None = None
         try:
-            envelope = decode_envelope(delivery.body)
+            if envelope is None:
+                envelope = decode_envelope(delivery.body)
             task = self._app.get_task(envelope.task)
             payload = task.codec.decode(envelope.payload)
         except MessageError as exc:
-            await self._give_up(lease, str(exc), envelope=envelope, error=exc)
+            attempt.outcome = await self._give_up(
+                lease, str(exc), attempt=attempt, envelope=envelope, task=task, error=exc
+            )
             return
         max_retries = self._config.max_retries if task.max_retries is None else task.max_retries
         attempts = max_retries + 1
         if delivery.delivery_count > attempts:
-            await self._give_up(
+            attempt.outcome = await self._give_up(
                 lease,
                 f"delivered {delivery.delivery_count} times but task {task.name!r} allows "
                 f"{attempts} attempt(s) (max_retries={max_retries}); earlier deliveries did "
                 "not finish, so a worker probably crashed or lost its lease while running it",
+                attempt=attempt,
                 envelope=envelope,
+                task=task,
+                error_type=_TOO_MANY_DELIVERIES,
             )
             return
         context = TaskContext(
@@ -147,33 +215,32 @@ class Executor:
             scheduled_for=_instant(envelope.scheduled_for),
         )
         started = self._clock.monotonic()
+        attempt.ran = True
         error: BaseException | None = None
+        result: ResultWrite | None = None
         try:
-            await self._run(lease, task, payload, context)
+            value = await self._run(lease, task, payload, context)
+            if task.store_result:
+                result = self._success_result(task, envelope, delivery, value)
         except asyncio.CancelledError as exc:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
+                attempt.seconds = self._clock.monotonic() - started
                 await self._release_after_cancel(lease, task.name)
                 raise
             # Nobody cancelled this worker: the task's own code raised CancelledError.
             error = exc
         except Exception as exc:
             error = exc
+        seconds = attempt.seconds = self._clock.monotonic() - started
         if error is not None:
-            self._stats.attempt_finished(task.name, self._clock.monotonic() - started, ok=False)
-            await self._failed(lease, envelope, task, error, attempts)
+            attempt.error = error
+            attempt.description = _describe(error)
+            self._stats.attempt_finished(task.name, seconds, ok=False)
+            attempt.outcome = await self._failed(lease, envelope, task, error, attempts, attempt)
         else:
-            seconds = self._clock.monotonic() - started
             self._stats.attempt_finished(task.name, seconds, ok=True)
-            log_delivery(
-                _log,
-                logging.DEBUG,
-                "succeeded in %.3fs",
-                seconds,
-                delivery=lease.delivery,
-                task=task.name,
-            )
-            await self._complete(lease, task.name)
+            attempt.outcome = await self._complete(lease, task.name, result)
 
     def _over_runner_wide_cap(self, delivery_count: int) -> int | None:
         """The runner-wide cap on attempts when `delivery_count` exceeds it, else None."""
@@ -186,15 +253,15 @@ class Executor:
                 most = task.max_retries
         return most + 1 if delivery_count > most + 1 else None
 
-    async def _run(self, lease: Lease, task: Task[Any], payload: Any, context: TaskContext) -> None:
+    async def _run(self, lease: Lease, task: Task[Any], payload: Any, context: TaskContext) -> Any:
+        """Run the task's code once; returns what it returned."""
         args = (payload,) if task.takes_payload else ()
         timeout = task.timeout_seconds or self._config.timeout_seconds
         token = _CURRENT.set(context)
         try:
             if task.is_async:
                 if timeout is None:
-                    await task.func(*args)
-                    return
+                    return await task.func(*args)
                 # A child task, so a timeout on the injected clock can cancel it alone.
                 child = asyncio.ensure_future(task.func(*args))
                 try:
@@ -206,8 +273,7 @@ class Executor:
                 if not finished:
                     await _cancel_and_wait(child)
                     raise TaskTimeoutError(f"task {task.name!r} timed out after {timeout:g}s")
-                child.result()
-                return
+                return child.result()
             call = contextvars.copy_context().run
             # A thread cannot be interrupted. The lease remembers it: a worker cancelled
             # while it runs leaves the message leased instead of releasing it to run twice,
@@ -220,11 +286,81 @@ class Executor:
                 await asyncio.shield(future)
             elif not await wait_future(self._clock, future, timeout):
                 raise TaskTimeoutError(f"task {task.name!r} timed out after {timeout:g}s")
-            future.result()
+            return future.result()
         finally:
             _CURRENT.reset(token)
 
-    async def _complete(self, lease: Lease, task_name: str) -> None:
+    def _success_result(
+        self, task: Task[Any], envelope: Envelope, delivery: Delivery, value: Any
+    ) -> ResultWrite | None:
+        """The result to write with the ack; raises when `value` does not match the type."""
+        if self._results is None:
+            self._warn_no_store(task)
+            return None
+        encoded = task.result_codec.encode(value)
+        body = _RESULT_ENCODER.encode(
+            ResultEnvelope(
+                task=task.name,
+                task_id=envelope.id,
+                outcome="succeeded",
+                value=encoded,
+                delivery_count=delivery.delivery_count,
+                finished_at=self._clock.time(),
+            )
+        )
+        return ResultWrite(message_id=delivery.message_id, body=body, ttl_seconds=task.result_ttl)
+
+    async def _store_failure(
+        self,
+        lease: Lease,
+        task: Task[Any],
+        envelope: Envelope,
+        error_type: str,
+        message: str,
+    ) -> None:
+        """Write a terminal failure's result before the message is dead-lettered or handled."""
+        if self._results is None:
+            self._warn_no_store(task)
+            return
+        delivery = lease.delivery
+        body = _RESULT_ENCODER.encode(
+            ResultEnvelope(
+                task=task.name,
+                task_id=envelope.id,
+                outcome="failed",
+                error_type=error_type,
+                error_message=message,
+                delivery_count=delivery.delivery_count,
+                finished_at=self._clock.time(),
+            )
+        )
+        write = ResultWrite(message_id=delivery.message_id, body=body, ttl_seconds=task.result_ttl)
+        try:
+            await self._results.put_results([write])
+        except Exception as exc:  # unreachable backend, or a bug in it
+            # The message still reaches its final state; its status then reads "dead"
+            # (with the reason) instead of "failed", and result() times out.
+            log_delivery(
+                _log,
+                logging.ERROR,
+                "could not store the failure result (%r); going on without it",
+                exc,
+                delivery=delivery,
+                task=task.name,
+            )
+
+    def _warn_no_store(self, task: Task[Any]) -> None:
+        if task.name not in self._warned_no_store:
+            self._warned_no_store.add(task.name)
+            _log.warning(
+                "task %r has store_result=True but this backend has no result store; "
+                "its results are not stored",
+                task.name,
+            )
+
+    async def _complete(
+        self, lease: Lease, task_name: str, result: ResultWrite | None = None
+    ) -> Outcome:
         if lease.lost:
             log_delivery(
                 _log,
@@ -233,9 +369,13 @@ class Executor:
                 delivery=lease.delivery,
                 task=task_name,
             )
-            return
+            return Outcome.LOST
+
+        async def ack(delivery: Delivery) -> Verdict:
+            return await self._acker.ack(delivery, result)
+
         try:
-            verdict = await self._settle(lease, self._acker.ack)
+            verdict = await self._settle(lease, ack)
         except Exception as exc:
             # Closed queue, or a bug in the backend: the message comes back after its lease.
             log_delivery(
@@ -246,10 +386,11 @@ class Executor:
                 delivery=lease.delivery,
                 task=task_name,
             )
-            return
+            return Outcome.UNSETTLED
         if verdict is Verdict.LOST:
             self._lease_lost_on_reply(lease, "ack", task_name)
-        elif verdict is Verdict.UNCERTAIN:
+            return Outcome.LOST
+        if verdict is Verdict.UNCERTAIN:
             self._stats.ack_uncertain += 1
             log_delivery(
                 _log,
@@ -260,6 +401,7 @@ class Executor:
                 delivery=lease.delivery,
                 task=task_name,
             )
+        return Outcome.SUCCEEDED
 
     async def _failed(
         self,
@@ -268,7 +410,8 @@ class Executor:
         task: Task[Any],
         error: BaseException,
         attempts: int,
-    ) -> None:
+        attempt: Attempt,
+    ) -> Outcome:
         if lease.lost:
             log_delivery(
                 _log,
@@ -278,18 +421,19 @@ class Executor:
                 task=task.name,
                 exc_info=error,
             )
-            return
+            return Outcome.LOST
         description = _describe(error)
         # The current delivery: an adopted one counts, as the backend counts it.
         delivery = lease.delivery
         if delivery.delivery_count >= attempts:
-            await self._give_up(
+            return await self._give_up(
                 lease,
                 f"attempt {delivery.delivery_count} of {attempts} failed: {description}",
+                attempt=attempt,
                 envelope=envelope,
+                task=task,
                 error=error,
             )
-            return
         delay = retry_delay(
             delivery.delivery_count,
             base_seconds=self._config.retry_base_seconds,
@@ -312,10 +456,10 @@ class Executor:
                 delivery=delivery,
                 task=task.name,
             )
-            return
+            return Outcome.UNSETTLED
         if verdict is not Verdict.DONE:
             self._lease_lost_on_reply(lease, "release", task.name)
-            return
+            return Outcome.LOST
         self._stats.retried(task.name)
         log_delivery(
             _log,
@@ -328,20 +472,29 @@ class Executor:
             delivery=delivery,
             task=task.name,
         )
+        return Outcome.RETRIED
 
     async def _give_up(
         self,
         lease: Lease,
         reason: str,
         *,
+        attempt: Attempt,
         envelope: Envelope | None = None,
+        task: Task[Any] | None = None,
         error: BaseException | None = None,
-    ) -> None:
+        error_type: str | None = None,
+    ) -> Outcome:
         task_name = None if envelope is None else envelope.task
         if lease.lost:
-            return
+            return Outcome.LOST
         # A hostile body can make a reason huge (an unknown task name of a megabyte).
         reason = _shorten(reason)
+        if attempt.description is None:
+            attempt.description = reason
+        if task is not None and envelope is not None and task.store_result:
+            kind = error_type or (type(error).__name__ if error is not None else "Failed")
+            await self._store_failure(lease, task, envelope, kind, reason)
         handler = self._config.failed_task_handler
         if handler is not None:
             failure = TaskFailure(
@@ -361,8 +514,8 @@ class Executor:
                 )
             else:
                 self._stats.handled += 1
-                await self._complete(lease, task_name or "-")
-                return
+                outcome = await self._complete(lease, task_name or "-")
+                return Outcome.HANDLED if outcome is Outcome.SUCCEEDED else outcome
 
         # Backends store text: a lone surrogate (str() of an error about an undecodable
         # file name) is refused, and a reason that cannot be stored would leave the
@@ -384,10 +537,10 @@ class Executor:
                 delivery=lease.delivery,
                 task=task_name,
             )
-            return
+            return Outcome.UNSETTLED
         if verdict is not Verdict.DONE:
             self._lease_lost_on_reply(lease, "dead_letter", task_name)
-            return
+            return Outcome.LOST
         self._stats.dead_lettered(task_name)
         log_delivery(
             _log,
@@ -398,6 +551,7 @@ class Executor:
             task=task_name,
             exc_info=error,
         )
+        return Outcome.DEAD_LETTERED
 
     async def _release_after_cancel(self, lease: Lease, task_name: str) -> None:
         if lease.lost:
@@ -475,6 +629,15 @@ async def _cancel_and_wait(child: asyncio.Future[Any]) -> None:
             raise
     except Exception:  # the child's own error after its cancellation is moot
         pass
+
+
+def _notify(method: Callable[..., Any], *args: Any) -> Any:
+    """Call an observer; its bug is logged, never allowed to affect the delivery."""
+    try:
+        return method(*args)
+    except Exception:
+        _log.exception("attempt observer %r raised", method)
+        return None
 
 
 def _verdict(lost: list[Delivery]) -> Verdict:

@@ -37,6 +37,8 @@ from typing import Any
 
 from taskrunner.acker import Acker
 from taskrunner.app import App
+from taskrunner.attempt_log import AttemptLogger
+from taskrunner.attempts import AttemptObserver
 from taskrunner.clock import Clock, SystemClock, wait_event
 from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
@@ -44,15 +46,17 @@ from taskrunner.errors import BackendError, DecodeError
 from taskrunner.executor import Executor
 from taskrunner.fetcher import Fetcher
 from taskrunner.heartbeat import LeaseKeeper
+from taskrunner.histograms import Histograms
 from taskrunner.leases import Lease, LeaseTable, adopt
 from taskrunner.logs import log_fields
 from taskrunner.monitor import Monitor
 from taskrunner.pool import WorkerPool
-from taskrunner.queue import Delivery, Queue, leadership_of
+from taskrunner.queue import Delivery, Queue, leadership_of, results_of
 from taskrunner.reclaimer import Reclaimer
 from taskrunner.reconnect import ReconnectGate
 from taskrunner.scheduler import Scheduler
 from taskrunner.stats import RunnerStats, StatsRecorder
+from taskrunner.tracing import tracing_observer
 from taskrunner.tuning import Autoscaler
 
 __all__ = ["Runner"]
@@ -113,8 +117,15 @@ class Runner:
         self._leases = LeaseTable()
         # After a backend failure, leases are heartbeated before new work is taken.
         self._gate = ReconnectGate() if queue.requires_heartbeat else None
-        self._acker = Acker(queue, clock=self._clock, gate=self._gate)
+        results = results_of(queue)
+        self._acker = Acker(queue, clock=self._clock, gate=self._gate, results=results)
         self._threads: ThreadPoolExecutor | None = None
+        self.histograms = Histograms(app.queue)
+        observers: list[AttemptObserver] = [self.histograms, AttemptLogger()]
+        tracer = tracing_observer(app.queue)
+        if tracer is not None:
+            observers.append(tracer)
+        observers.extend(self.config.observers)
         self._executor = Executor(
             queue,
             app,
@@ -123,6 +134,8 @@ class Runner:
             acker=self._acker,
             stats=self._stats,
             threads=self._thread_pool,
+            observers=observers,
+            results=results,
         )
         self._stop_requested = asyncio.Event()
         self._force = asyncio.Event()
