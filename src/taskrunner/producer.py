@@ -26,6 +26,7 @@ from taskrunner.codec import encode_envelope
 from taskrunner.errors import UnsupportedFeatureError
 from taskrunner.messages import Envelope
 from taskrunner.queue import AddRequest, Queue, Scheduling, scheduling_of
+from taskrunner.tracing import dispatching
 
 __all__ = ["Dispatched", "DispatchedList", "Producer", "encode_message"]
 
@@ -250,7 +251,38 @@ class Producer:
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError(f"unique_key must be a non-empty str, got {unique_key!r}")
         unique = unique_key is not None or task.is_unique
-        bodies = [self.encode(task, payload, headers=headers) for payload in payloads]
+        with dispatching(self._app.queue, task.name, len(payloads)) as trace:
+            if trace:
+                # The caller's own headers win over the injected trace context.
+                headers = {**trace, **headers} if headers else trace
+            return await self._add(
+                task,
+                payloads,
+                headers=headers,
+                delay_seconds=delay_seconds,
+                due_at=due_at,
+                unique=unique,
+                unique_key=unique_key,
+            )
+
+    async def _add(
+        self,
+        task: Task[Any],
+        payloads: list[Any],
+        *,
+        headers: Mapping[str, str] | None,
+        delay_seconds: float,
+        due_at: float | None,
+        unique: bool,
+        unique_key: str | None,
+    ) -> list[Dispatched]:
+        due: float | None = None
+        if due_at is not None or delay_seconds > 0:
+            due = due_at if due_at is not None else self._clock.time() + delay_seconds
+        bodies = [
+            encode_message(self._app, task, payload, clock=self._clock, headers=headers, due_at=due)
+            for payload in payloads
+        ]
         if not unique and delay_seconds == 0.0 and due_at is None:
             # The hot path: plain dispatches keep using Queue.add.
             ids: list[str] = []
@@ -311,8 +343,12 @@ def encode_message(
     *,
     clock: Clock | None = None,
     headers: Mapping[str, str] | None = None,
+    due_at: float | None = None,
 ) -> bytes:
     """The body `Producer.dispatch` would send for `payload`, without a queue.
+
+    `due_at` (Unix seconds) records when a delayed dispatch is due, so queue latency
+    is measured from then.
 
     Raises:
         UnknownTaskError: `task` is a name `app` does not know.
@@ -326,6 +362,7 @@ def encode_message(
         payload=resolved.codec.encode(payload),
         enqueued_at=(clock or SystemClock()).time(),
         headers=dict(headers) if headers else {},
+        due_at=due_at,
     )
     return encode_envelope(envelope, max_bytes=app.max_message_bytes)
 
