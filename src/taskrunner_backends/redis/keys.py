@@ -18,11 +18,21 @@ keeps them in one slot and every Lua script may touch all of them::
     {namespace}:{{{queue}}}:u:<key>   one held unique key (string: the holder's message id)
     {namespace}:{{{queue}}}:leaders   leader leases (hash: election -> "token|expiry ms|holder")
     {namespace}:{{{queue}}}:fired     fire records (hash: schedule -> "instant message id")
+    {namespace}:{{{queue}}}:dead_ids  dead letters by original message id
+                                       (hash: message id -> dead-letter entry id)
+    {namespace}:{{{queue}}}:results   the stored results (zset: message id -> expiry ms)
+    {namespace}:{{{queue}}}:r:<id>    one task result (string: its body, with PX)
+    {namespace}:{{{queue}}}:done      result notifications (a stream capped with
+                                       MAXLEN ~; one entry per put, naming the ids)
 
-Unique keys are named by their caller's text after ``u:``; they are indexed in
+Unique keys are named by their caller's text after ``u:``, results by their message
+id after ``r:``. The hash tag is the first brace pair of a key, which is always the
+queue's, so whatever text follows (braces included) stays in the queue's slot.
+Unique keys they are indexed in
 ``uniques`` so purge and delete_queue find them without SCAN or KEYS. Scripts that free
 one (ack, dead-letter, cancel, purge) build its name from the prefix: an undeclared key,
-but in the queue's own slot, which Redis Cluster allows.
+but in the queue's own slot, which Redis Cluster allows. Results are indexed in
+``results`` for the same reason (delete_queue deletes them).
 
 The consumer group on the stream is always `GROUP`. Everything a namespace owns
 matches `QueueKeys.namespace_pattern`, which is how tests clean up after themselves.
@@ -153,6 +163,34 @@ class QueueKeys:
         return f"{self._prefix}:fired"
 
     @property
+    def dead_ids(self) -> str:
+        """The hash of dead letters by original message id (message id -> dead entry id).
+
+        Written by every script that dead-letters (one HSET), cleared by retry and
+        purge of dead letters; `lookup` finds a dead message by the id it had.
+        """
+        return f"{self._prefix}:dead_ids"
+
+    @property
+    def results(self) -> str:
+        """The index of stored results (zset: message id -> expiry in server ms)."""
+        return f"{self._prefix}:results"
+
+    @property
+    def result_prefix(self) -> str:
+        """The prefix of each result's own key (``<prefix><message id>``)."""
+        return f"{self._prefix}:r:"
+
+    def result(self, message_id: str) -> str:
+        """The key holding the result of `message_id` (its value: the body)."""
+        return f"{self.result_prefix}{message_id}"
+
+    @property
+    def done(self) -> str:
+        """The result notification stream: each put appends the ids it stored."""
+        return f"{self._prefix}:done"
+
+    @property
     def group(self) -> str:
         """The consumer group name."""
         return GROUP
@@ -168,13 +206,22 @@ class QueueKeys:
 
     @property
     def scheduling(self) -> tuple[str, ...]:
-        """`all` followed by bell, moved and uniques: the KEYS of scripts that use them."""
-        return (*self.all, self.bell, self.moved, self.uniques)
+        """`all` followed by bell, moved, uniques and dead_ids: the KEYS of scripts using them."""
+        return (*self.all, self.bell, self.moved, self.uniques, self.dead_ids)
 
     @property
     def every_key(self) -> tuple[str, ...]:
         """Every fixed key the queue may own, the worker registry included (for deleting it).
 
-        Held unique keys (`unique`) are not fixed; `uniques` lists them.
+        Held unique keys (`unique`) and results (`result`) are not fixed; `uniques` and
+        `results` list them. The order is what ``lua/delete_queue.lua`` expects:
+        ``uniques`` is KEYS[8], ``results`` KEYS[13].
         """
-        return (*self.scheduling, self.workers, self.leaders, self.fired)
+        return (
+            *self.scheduling,
+            self.workers,
+            self.leaders,
+            self.fired,
+            self.results,
+            self.done,
+        )

@@ -146,9 +146,13 @@ from taskrunner.queue import (
     FireRecord,
     LeaderLease,
     Leadership,
+    MessageLookup,
+    MessageState,
     QueueAdmin,
     QueueStats,
     Receipt,
+    ResultStore,
+    ResultWrite,
     Scheduling,
     WorkerInfo,
     WorkerRegistry,
@@ -158,6 +162,7 @@ from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 from .client import Arg, RawClient, is_no_script
 from .errors import GroupMissingError, translate_errors
 from .keys import QueueKeys
+from .results import NOTIFY_CAP, ResultListener
 from .scripts import SCRIPTS
 from .url import split_url
 
@@ -169,7 +174,9 @@ __all__ = [
     "DELAYED_RECHECK_SECONDS",
     "DEFAULT_SOCKET_TIMEOUT_SECONDS",
     "FENCED_BATCH",
+    "LOOKUP_BATCH",
     "PROMOTE_BATCH",
+    "RESULTS_BATCH",
     "RECLAIM_SCAN_BUDGET",
     "STATS_PENDING_SAMPLE",
     "SERVER_TICK_SECONDS",
@@ -217,6 +224,12 @@ SERVER_TICK_SECONDS = 0.1
 # Requests per `add_requests` script call (count); one round trip carries them all.
 ADD_REQUESTS_BATCH = 500
 
+# Results per put/delete script call (count); one round trip carries them all.
+RESULTS_BATCH = 500
+
+# Ids per lookup script call (count); one round trip carries them all.
+LOOKUP_BATCH = 500
+
 # Socket timeouts (seconds) for clients built by `open_from_url` when the URL sets none;
 # redis-py's default is to wait forever for a reply.
 DEFAULT_SOCKET_TIMEOUT_SECONDS = 10.0
@@ -248,6 +261,9 @@ _CAPABILITIES = Capabilities(
     unique_add=True,
     cancel=True,
     leadership=True,
+    results=True,
+    result_notify=True,
+    lookup=True,
 )
 
 # Longest lease or delay the backend represents exactly (ms; Lua numbers are doubles).
@@ -600,6 +616,8 @@ class RedisStreamsQueue:
         self._group_created = False
         self._blocking: set[asyncio.Task[Any]] = set()
         self._cancelled_by_close: set[asyncio.Task[Any]] = set()
+        # Built lazily: it holds asyncio objects, which belong to the running loop.
+        self._listener: ResultListener | None = None
 
     @classmethod
     async def open(
@@ -665,6 +683,19 @@ class RedisStreamsQueue:
         return self
 
     @property
+    def results(self) -> ResultStore:
+        """This queue: results are string keys with PX in the queue's slot (`put_results`)."""
+        return self
+
+    @property
+    def lookup(self) -> MessageLookup:
+        """The state of a message by id, read from this queue's records (`lookup_messages`).
+
+        A small object of its own: the part's method is also named ``lookup``.
+        """
+        return _Lookup(self)
+
+    @property
     def keys(self) -> QueueKeys:
         """The Redis keys of this queue."""
         return self._keys
@@ -709,7 +740,11 @@ class RedisStreamsQueue:
             _log.debug("opened %r on %s (XACKDEL: %s)", self, self._server, self._has_xackdel)
 
     async def aclose(self) -> None:
-        """Close the queue; idempotent. Receives blocked in this queue raise `QueueClosedError`."""
+        """Close the queue; idempotent.
+
+        Receives blocked in this queue and pending `wait_result` calls raise
+        `QueueClosedError`; the result listener, if one runs, is stopped and awaited.
+        """
         if self._closed:
             return
         self._closed = True
@@ -717,6 +752,9 @@ class RedisStreamsQueue:
             # Only these cancellations become QueueClosedError; any other stays one.
             self._cancelled_by_close.add(task)
             task.cancel()
+        if self._listener is not None:
+            # Cancels and awaits the listener task; pending waits raise QueueClosedError.
+            await self._listener.aclose()
         if self._owns_client:
             with translate_errors("close"):
                 await self._client.aclose()
@@ -1192,6 +1230,206 @@ class RedisStreamsQueue:
             (op, *args),
         )
 
+    # -- ResultStore ----------------------------------------------------------------------
+
+    async def put_results(self, results: Sequence[ResultWrite]) -> None:
+        """Store each result under its message id for its TTL (server clock, ms rounded up).
+
+        One round trip per call: one script per `RESULTS_BATCH` results, all sent in
+        one write. Each result is ``SET <prefix>r:<id> <body> PX <ttl>`` (a later
+        write of an id, in this batch or after, replaces the body and restarts the
+        TTL), an entry in the ``results`` index (so delete_queue finds it) and one
+        XADD per script naming the ids on the ``done`` stream, which wakes waiters.
+        Ids are stored as given, whatever their text: the key's hash tag is the
+        queue's, always.
+
+        Raises:
+            TypeError: `results` is a single `ResultWrite`, an item is not one, a
+                message id is no str, a body is not `bytes` or a TTL no number.
+            ValueError: A TTL is <= 0 or not finite, or a message id is empty or not
+                encodable as UTF-8; nothing is sent.
+            BackendUnavailableError: The server could not be reached; some of the
+                results may have been stored.
+        """
+        if isinstance(results, ResultWrite):
+            raise TypeError("results must be a sequence of ResultWrite, not a single one")
+        items: list[tuple[str, int, bytes]] = []
+        for write in results:
+            if not isinstance(write, ResultWrite):
+                raise TypeError(f"expected ResultWrite, got {type(write).__name__}")
+            _check_text("message_id", write.message_id)
+            if not isinstance(write.body, bytes):
+                raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
+            ttl_ms = _milliseconds("ttl_seconds", write.ttl_seconds, positive=True)
+            items.append((write.message_id, ttl_ms, write.body))
+        await self._ready()
+        if not items:
+            return
+        keys = self._keys
+        calls = []
+        for start in range(0, len(items), RESULTS_BATCH):
+            chunk = items[start : start + RESULTS_BATCH]
+            call_keys = [keys.results, keys.done, *(keys.result(i) for i, _, _ in chunk)]
+            args: list[Arg] = ["put", NOTIFY_CAP]
+            for item in chunk:
+                args.extend(item)
+            calls.append((call_keys, args))
+        await self._batched("put results", "results", calls)
+
+    async def get_results(self, message_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored body of each id, in order; None where there is none or it expired.
+
+        One MGET (one round trip) whatever the number of ids. An id that could never
+        have been stored (empty, not encodable) is None without being sent.
+
+        Raises:
+            TypeError: `message_ids` is a single string, or holds something else.
+        """
+        ids = _result_ids(message_ids)
+        await self._ready()
+        sendable = [i for i in ids if i is not None]
+        if not sendable:
+            return [None] * len(ids)
+        reply = await self._raw.call("get results", "MGET", *map(self._keys.result, sendable))
+        found = iter(reply)
+        bodies: list[bytes | None] = []
+        for i in ids:
+            body = None if i is None else next(found)
+            bodies.append(body if isinstance(body, bytes) else None)
+        return bodies
+
+    async def wait_result(self, message_id: str, *, timeout_seconds: float) -> bytes | None:
+        """The body of `message_id`'s result, waiting up to `timeout_seconds` for it.
+
+        Returns at once when it is stored. Otherwise the wait registers with the
+        handle's one result listener (a task reading the ``done`` stream with a
+        blocking XREAD; see `taskrunner_backends.redis.results`), which wakes it when a
+        put names the id: no polling, and any number of concurrent waits of one handle
+        share one blocking connection (plus at most
+        `~taskrunner_backends.redis.results.CHECK_CONCURRENCY` for their first look at
+        the key). The timeout runs on the event loop's clock; on an idle server a
+        result stored meanwhile is returned within a few milliseconds.
+
+        Returns:
+            The body, or None when none was stored by the timeout (never before it).
+
+        Raises:
+            TypeError: `message_id` is no str or `timeout_seconds` no number.
+            ValueError: `timeout_seconds` < 0 or not finite, or `message_id` empty.
+            QueueClosedError: The queue is or became closed while waiting.
+            BackendUnavailableError: The server could not be reached for the first
+                look at the key (the listener itself retries until the timeout).
+        """
+        _check_text("message_id", message_id)
+        _milliseconds("timeout_seconds", timeout_seconds, positive=False)
+        await self._ready()
+        key = self._keys.result(message_id)
+        if timeout_seconds == 0:
+            body = await self._raw.call("wait result", "GET", key)
+            return body if isinstance(body, bytes) else None
+        if self._listener is None:
+            self._listener = ResultListener(
+                self, f"taskrunner-results:{self._keys.namespace}:{self._keys.queue_name}"
+            )
+        return await self._listener.wait(message_id, key, timeout_seconds)
+
+    async def delete_results(self, message_ids: Sequence[str]) -> int:
+        """Delete the results of `message_ids`; returns how many existed.
+
+        One round trip (a script per `RESULTS_BATCH` ids). A duplicated id counts once.
+
+        Raises:
+            TypeError: `message_ids` is a single string, or holds something else.
+        """
+        ids = [i for i in _result_ids(message_ids) if i is not None]
+        await self._ready()
+        if not ids:
+            return 0
+        keys = self._keys
+        calls: list[tuple[Sequence[str], Sequence[Arg]]] = []
+        for start in range(0, len(ids), RESULTS_BATCH):
+            chunk = ids[start : start + RESULTS_BATCH]
+            args: list[Arg] = ["delete", 0, *chunk]
+            calls.append(([keys.results, keys.done, *map(keys.result, chunk)], args))
+        replies = await self._batched("delete results", "results", calls)
+        return sum(_as_int(reply) for reply in replies)
+
+    @property
+    def result_listener(self) -> ResultListener | None:
+        """The handle's result listener, once a `wait_result` has needed one (for tests)."""
+        return self._listener
+
+    # -- MessageLookup (through `lookup`) -------------------------------------------------
+
+    async def lookup_messages(self, message_ids: Sequence[str]) -> list[MessageState | None]:
+        """The state of each id, in order, read in one script per `LOOKUP_BATCH` ids.
+
+        All scripts go in one round trip. Nothing is written. A message is found where
+        the backend keeps it anyway: its stream entry (``running`` while it is in the
+        group's PEL, with the holder, idle time and delivery count from XPENDING;
+        ``ready`` otherwise), or, after a release or a delayed add, the entry the
+        ``moved`` map names (``delayed`` until its due time, with ``due_at``;
+        ``ready`` once due), or, after dead-lettering, the dead letter that the
+        ``dead_ids`` index names for its original id (``dead``, with reason, time,
+        body and delivery count). ``added_at`` is the time in the message id (the
+        server's clock when it was added; for a delayed add, when it was requested).
+        The body is returned in every state. Acked, cancelled, purged, retried (it has
+        a new id) and unknown messages are None, and so is every id that is not a
+        stream id.
+
+        Raises:
+            TypeError: `message_ids` is a single string.
+        """
+        if isinstance(message_ids, str):
+            raise TypeError("message_ids must be a sequence of ids, not a single string")
+        ids = list(message_ids)
+        await self._ready()
+        states: list[MessageState | None] = [None] * len(ids)
+        valid = [(index, i) for index, i in enumerate(ids) if _is_stream_id(i)]
+        if not valid:
+            return states
+        keys = self._keys
+        script_keys = [
+            keys.stream,
+            keys.dead,
+            keys.delayed,
+            keys.parked,
+            keys.moved,
+            keys.dead_ids,
+        ]
+        chunks = [
+            valid[start : start + LOOKUP_BATCH] for start in range(0, len(valid), LOOKUP_BATCH)
+        ]
+        calls = [(script_keys, [keys.group, *(i for _, i in chunk)]) for chunk in chunks]
+        replies = await self._batched("lookup", "lookup", calls)
+        for chunk, reply in zip(chunks, replies, strict=True):
+            for n, (index, message_id) in enumerate(chunk):
+                states[index] = _message_state(message_id, reply[8 * n : 8 * n + 8])
+        return states
+
+    async def _batched(
+        self, action: str, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Arg]]]
+    ) -> list[Any]:
+        """Run script `name` once per (keys, args) in one round trip; the replies, in order.
+
+        Raises the first error reply (translated) after reloading a forgotten script.
+        """
+        script = SCRIPTS[name]
+        commands = [("EVALSHA", script.sha, len(k), *k, *a) for k, a in calls]
+        replies = await self._raw.pipeline(action, commands)
+        if any(is_no_script(reply) for reply in replies):
+            # The server restarted or SCRIPT FLUSH ran: nothing of those calls ran.
+            await self._raw.call(action, "SCRIPT", "LOAD", script.source)
+            again = [i for i, reply in enumerate(replies) if is_no_script(reply)]
+            rerun = await self._raw.pipeline(action, [commands[i] for i in again])
+            for i, reply in zip(again, rerun, strict=True):
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                with translate_errors(action):
+                    raise reply
+        return replies
+
     # -- QueueAdmin -----------------------------------------------------------------------
 
     async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
@@ -1230,7 +1468,7 @@ class RedisStreamsQueue:
             The new message ids, one per dead letter moved.
         """
         await self._ready()
-        keys = self._keys.all[:2]
+        keys = (self._keys.stream, self._keys.dead, self._keys.dead_ids)
         if message_ids is not None:
             ids = self._valid_ids(message_ids)
             moved: list[str] = []
@@ -1256,21 +1494,21 @@ class RedisStreamsQueue:
     async def purge_dead_letters(self, message_ids: Sequence[str] | None = None) -> int:
         """Delete dead letters (all when `message_ids` is None); returns how many."""
         await self._ready()
+        keys = (self._keys.dead, self._keys.dead_ids)
         if message_ids is None:
-            return _as_int(await self._script("purge dead", "purge_dead", (self._keys.dead,), ()))
+            return _as_int(await self._script("purge dead", "purge_dead", keys, ()))
         ids = self._valid_ids(message_ids)
         deleted = 0
         for start in range(0, len(ids), FENCED_BATCH):
             chunk = ids[start : start + FENCED_BATCH]
-            deleted += _as_int(
-                await self._script("purge dead", "purge_dead", (self._keys.dead,), chunk)
-            )
+            deleted += _as_int(await self._script("purge dead", "purge_dead", keys, chunk))
         return deleted
 
     async def purge(self) -> int:
         """Delete every ready, delayed and in-flight message; returns how many.
 
-        Receipts of purged messages report lost from then on; dead letters stay.
+        Receipts of purged messages report lost from then on; dead letters stay, and so
+        do stored results (they expire by their TTL, or go with `delete_queue`).
         """
         await self._ready()
         return _as_int(
@@ -1285,6 +1523,9 @@ class RedisStreamsQueue:
     async def delete_queue(self) -> None:
         """Delete every key of the queue: messages, dead letters, consumers, worker entries.
 
+        Stored results and the result notification stream go too (the ``results``
+        index lists the result keys, so no SCAN is needed).
+
         One DEL of keys in one slot: atomic. Workers still running recreate an empty
         group at their next receive. Stream ids are time-based, so a receipt issued
         before the delete does not match a message added after it, with one exception:
@@ -1298,7 +1539,7 @@ class RedisStreamsQueue:
             "delete queue",
             SCRIPTS["delete_queue"],
             self._keys.every_key,
-            (self._keys.unique_prefix,),
+            (self._keys.unique_prefix, self._keys.result_prefix),
         )
 
     async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
@@ -1761,3 +2002,78 @@ def _check_reason(reason: str) -> None:
         raise ValueError(
             f"reason holds a lone surrogate at position {exc.start}: not storable text"
         ) from None
+
+
+def _result_ids(message_ids: Sequence[str]) -> list[str | None]:
+    """`message_ids` with None for each id no result can be stored under."""
+    if isinstance(message_ids, str):
+        raise TypeError("message_ids must be a sequence of ids, not a single string")
+    ids: list[str | None] = []
+    for message_id in message_ids:
+        if not isinstance(message_id, str):
+            raise TypeError(f"message ids must be str, not {type(message_id).__name__}")
+        try:
+            message_id.encode("utf-8")
+        except UnicodeEncodeError:
+            ids.append(None)
+            continue
+        ids.append(message_id or None)
+    return ids
+
+
+_MAX_ID_PART = 2**64 - 1
+
+
+def _is_stream_id(value: object) -> bool:
+    """Whether `value` is a stream id the server accepts (both parts < 2**64)."""
+    if not isinstance(value, str) or not _STREAM_ID_TEXT.fullmatch(value):
+        return False
+    ms, _, seq = value.partition("-")
+    return int(ms) <= _MAX_ID_PART and int(seq) <= _MAX_ID_PART
+
+
+def _message_state(message_id: str, row: Sequence[Any]) -> MessageState | None:
+    """One row of ``lua/lookup.lua``'s reply as a `MessageState`."""
+    state, count, body, consumer, idle_ms, due_ms, reason, dead_ms = row
+    if state is None:
+        return None
+    name = _as_str(state)
+    added_at = int(message_id.partition("-")[0]) / 1000
+    common: dict[str, Any] = {
+        "message_id": message_id,
+        "delivery_count": _as_int(count),
+        "body": body if isinstance(body, bytes) else None,
+        "added_at": added_at,
+    }
+    if name == "running":
+        return MessageState(
+            state="running",
+            consumer=_caller_name(_as_str(consumer)),
+            idle_seconds=_as_int(idle_ms) / 1000,
+            **common,
+        )
+    if name == "delayed":
+        return MessageState(state="delayed", due_at=_as_int(due_ms) / 1000, **common)
+    if name == "dead":
+        return MessageState(
+            state="dead",
+            dead_reason=_as_str(reason),
+            dead_at=_as_int(dead_ms) / 1000,
+            **common,
+        )
+    if name == "ready":
+        return MessageState(state="ready", **common)
+    raise BackendError(f"unexpected lookup state {name!r}")
+
+
+class _Lookup:
+    """`MessageLookup` of a `RedisStreamsQueue` (see `RedisStreamsQueue.lookup_messages`)."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: RedisStreamsQueue) -> None:
+        self._queue = queue
+
+    async def lookup(self, message_ids: Sequence[str]) -> list[MessageState | None]:
+        """The state of each id, in order; None where the queue holds no such message."""
+        return await self._queue.lookup_messages(message_ids)

@@ -35,7 +35,8 @@ def _load(name: str) -> Script:
 #: due delayed messages, then read new ones), reclaim (XPENDING pages from a cursor,
 #: each entry judged by its holder's lease), stats, the admin operations, consumer GC,
 #: the worker registry, the test hook age_lease, and the scheduling and leadership
-#: parts (add_requests, cancel, leadership, delete_queue).
+#: parts (add_requests, cancel, leadership, delete_queue), and the results and
+#: lookup parts (results: put and delete; lookup).
 SCRIPTS: dict[str, Script] = {
     name: _load(name)
     for name in (
@@ -53,5 +54,7 @@ SCRIPTS: dict[str, Script] = {
         "cancel",
         "leadership",
         "delete_queue",
+        "results",
+        "lookup",
     )
 }

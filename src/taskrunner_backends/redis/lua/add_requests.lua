@@ -1,7 +1,7 @@
 -- Add messages with options: delayed (due time on the server's clock) and unique.
 --
 -- KEYS: 1 stream, 2 dead (unused), 3 delayed zset, 4 parked stream, 5 origins (unused),
---       6 doorbell stream, 7 moved hash, 8 uniques zset
+--       6 doorbell stream, 7 moved hash, 8 uniques zset, 9 dead ids (unused)
 -- ARGV: 1 group, 2 unique-key prefix, then 5 per request: mode ("r" ready, "d" delay
 --       in ms, "a" due at Unix seconds as text), value, unique key ("" none), unique
 --       ms ("" none, "0" not held), body

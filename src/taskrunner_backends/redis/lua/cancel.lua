@@ -1,7 +1,7 @@
 -- Remove ready or delayed messages so they are never delivered; free their unique keys.
 --
 -- KEYS: 1 stream, 2 dead (unused), 3 delayed zset, 4 parked stream, 5 origins hash,
---       6 doorbell (unused), 7 moved hash, 8 uniques zset
+--       6 doorbell (unused), 7 moved hash, 8 uniques zset, 9 dead ids (unused)
 -- ARGV: 1 group, 2 unique-key prefix, then message ids
 -- Returns one flag per id: 1 removed, 0 not removable (in flight, gone or unknown).
 --

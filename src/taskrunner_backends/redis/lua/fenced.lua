@@ -1,7 +1,7 @@
 -- Fenced lease operations: heartbeat, ack, release, dead-letter.
 --
 -- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream, 5 origins hash,
---       6 doorbell stream, 7 moved hash, 8 uniques zset
+--       6 doorbell stream, 7 moved hash, 8 uniques zset, 9 dead letters by original id
 -- ARGV: 1 op ("heartbeat" | "ack" | "release" | "dead"), 2 group,
 --       3 reason (dead) or delay in ms (release), 4 "1" when the server has XACKDEL,
 --       5 unique-key prefix,
@@ -15,7 +15,7 @@
 -- XCLAIM checks no owner and XACK is silent; the XPENDING probe is the fence.
 
 local stream, dead, delayed, parked, origins = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local bell, moved, uniques = KEYS[6], KEYS[7], KEYS[8]
+local bell, moved, uniques, dead_ids = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local op, group, arg, has_xackdel = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 local uprefix = ARGV[5]
 local GONE = 'payload removed from the stream while pending'
@@ -118,8 +118,12 @@ local function park(fields, due)
   return parked_id
 end
 
+-- The index by original id is what lets lookup find a dead letter by the id the
+-- message had; it is the only cost this adds, and only here (not on ack).
 local function bury(body, reason, message_id, count, when)
-  redis.call('XADD', dead, '*', 'b', body, 'r', reason, 'o', message_id, 'c', count, 't', when)
+  local dead_id = redis.call('XADD', dead, '*', 'b', body, 'r', reason, 'o', message_id,
+    'c', count, 't', when)
+  redis.call('HSET', dead_ids, message_id, dead_id)
 end
 
 local result = {}

@@ -2,7 +2,8 @@
 -- unique key they held.
 --
 -- KEYS: 1 stream, 2 dead-letter stream (kept), 3 delayed zset, 4 parked stream,
---       5 origins hash, 6 doorbell (kept), 7 moved hash, 8 uniques zset
+--       5 origins hash, 6 doorbell (kept), 7 moved hash, 8 uniques zset,
+--       9 dead letters by original id (kept, as the dead letters are)
 -- ARGV: 1 group, 2 unique-key prefix
 -- Returns how many messages were deleted.
 --

@@ -1,7 +1,8 @@
 -- Promote due delayed messages, then lease new entries without blocking.
 --
 -- KEYS: 1 stream, 2 dead-letter stream (unused), 3 delayed zset, 4 parked stream,
---       5 origins hash, 6 doorbell stream, 7 moved hash, 8 uniques (unused)
+--       5 origins hash, 6 doorbell stream, 7 moved hash, 8 uniques (unused),
+--       9 dead letters by original id (unused)
 -- ARGV: 1 group, 2 consumer, 3 count, 4 most delayed messages to promote, then the
 --       doorbell entries the previous blocking read of this receive got (acked and
 --       deleted here, so a ring costs no round trip of its own)

@@ -1,7 +1,8 @@
 -- Take over lapsed leases, each judged by its holder's own lease, following a cursor.
 --
 -- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset (unused), 4 parked (unused),
---       5 origins hash, 6 doorbell (unused), 7 moved hash, 8 uniques (unused)
+--       5 origins hash, 6 doorbell (unused), 7 moved hash, 8 uniques (unused),
+--       9 dead letters by original id
 -- ARGV: 1 group, 2 consumer (with its lease suffix), 3 lease ms assumed for holders
 --       whose name carries none, 4 count, 5 cursor ("0-0": from the start),
 --       6 PEL entries to scan at most
@@ -13,7 +14,7 @@
 -- min-idle-time is the claim; the whole scan runs in one script, so no heartbeat can
 -- slip between the check and the claim.
 
-local stream, dead, origins, moved = KEYS[1], KEYS[2], KEYS[5], KEYS[7]
+local stream, dead, origins, moved, dead_ids = KEYS[1], KEYS[2], KEYS[5], KEYS[7], KEYS[9]
 local group, consumer, default_lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local need, cursor, budget = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local GONE = 'payload removed from the stream while pending'
@@ -61,7 +62,9 @@ while need > 0 and scanned < budget do
           redis.call('HDEL', origins, id)
           redis.call('HDEL', moved, message_id)
         end
-        redis.call('XADD', dead, '*', 'b', '', 'r', GONE, 'o', message_id, 'c', total, 't', now)
+        local dead_id = redis.call('XADD', dead, '*', 'b', '', 'r', GONE, 'o', message_id,
+          'c', total, 't', now)
+        redis.call('HSET', dead_ids, message_id, dead_id)
         deleted = deleted + 1
       end
       if need <= 0 then
