@@ -3,10 +3,11 @@
 Property ids P1-P40 follow the conformance reference (``reference/conformance.md``
 section 5) so results can be compared with it; ids X1-X39 are guarantees of
 `taskrunner.queue.Queue` that the reference does not number, X40-X48 those of the
-optional `taskrunner.queue.Scheduling` part and X50-X55 those of
-`taskrunner.queue.Leadership`. Where the contract lacks the mechanism a reference
-property assumes, the property is adapted and its ``adapted`` note says how; the
-conformance report prints that note.
+optional `taskrunner.queue.Scheduling` part, X50-X55 those of
+`taskrunner.queue.Leadership`, X60-X66 those of `taskrunner.queue.ResultStore` and
+X70-X75 those of `taskrunner.queue.MessageLookup`. Where the contract lacks the
+mechanism a reference property assumes, the property is adapted and its ``adapted``
+note says how; the conformance report prints that note.
 
 Each test of the suite names the properties it checks; a property passes when all its
 tests pass, fails when any fails, and is skipped (not applicable) when all are skipped.
@@ -619,6 +620,104 @@ PROPERTIES += (
         "leadership_arguments",
         "invalid leadership arguments raise ValueError/TypeError and change nothing",
         "capabilities.leadership + queue.leadership",
+    ),
+)
+
+# The optional ResultStore part (cases/results.py): task results by message id, with TTLs.
+PROPERTIES += (
+    Property(
+        "X60",
+        "result_ttl_edges",
+        "a stored result is returned byte for byte (empty, every byte value, 1 MiB) below "
+        "ttl - p and gone above ttl + p",
+        "capabilities.results + queue.results",
+    ),
+    Property(
+        "X61",
+        "result_rewrite",
+        "a later write (another handle, later in one batch) replaces the body and restarts "
+        "the TTL, longer or shorter, from the later write",
+        "capabilities.results + queue.results",
+    ),
+    Property(
+        "X62",
+        "result_ids_independent",
+        "ids differing only by case, a prefix or a suffix, and other queues, keep their own "
+        "results; unknown ids have none; get_results answers in order, duplicates too",
+        "capabilities.results + queue.results",
+    ),
+    Property(
+        "X63",
+        "wait_result_wakes",
+        "wait_result returns a result stored while it waits (by another handle) soon after "
+        "the put, not at its timeout; one already stored at once; other ids do not wake it",
+        "capabilities.results + queue.results (the bound: capabilities.result_notify)",
+    ),
+    Property(
+        "X64",
+        "wait_result_timeout_edges",
+        "wait_result with nothing stored returns None not before timeout - p and by "
+        "timeout + p; timeout 0 returns at once",
+        "capabilities.results + queue.results",
+    ),
+    Property(
+        "X65",
+        "results_deleted",
+        "delete_results removes the named results and counts those that existed (not "
+        "expired ones); delete_queue forgets every result, other queues keep theirs",
+        "capabilities.results + queue.results (delete_queue: queue.admin)",
+    ),
+    Property(
+        "X66",
+        "results_arguments",
+        "a bad TTL, body, item or id raises ValueError/TypeError and stores nothing, also "
+        "when the rest of the batch is good",
+        "capabilities.results + queue.results",
+    ),
+)
+
+# The optional MessageLookup part (cases/lookup.py): the state of messages by id.
+PROPERTIES += (
+    Property(
+        "X70",
+        "lookup_ready",
+        "a message never delivered is ready with delivery count 0 and its own body, seen "
+        "through any handle",
+        "capabilities.lookup + queue.lookup",
+    ),
+    Property(
+        "X71",
+        "lookup_delayed_edges",
+        "a delayed add is delayed below due - p and ready above due + p, count 0",
+        "capabilities.lookup + queue.lookup + capabilities.delayed_add",
+    ),
+    Property(
+        "X72",
+        "lookup_running",
+        "a leased message is running with its holder and count: after receive, a heartbeat, "
+        "a lapse without reclaim, and a reclaim by another consumer (count + 1)",
+        "capabilities.lookup + queue.lookup",
+    ),
+    Property(
+        "X73",
+        "lookup_released",
+        "a released message is ready (no delay) or delayed below delay - p and ready above "
+        "delay + p, keeping the count it had until redelivered",
+        "capabilities.lookup + queue.lookup",
+    ),
+    Property(
+        "X74",
+        "lookup_dead",
+        "a dead letter is dead under its original id with its reason and count; once "
+        "retried or purged the original id has no state",
+        "capabilities.lookup + queue.lookup",
+    ),
+    Property(
+        "X75",
+        "lookup_gone",
+        "acked, cancelled, purged, deleted, unknown and malformed ids have no state (None, "
+        "never an error); a batch is answered in order, duplicates too",
+        "capabilities.lookup + queue.lookup",
     ),
 )
 

@@ -43,7 +43,7 @@ __all__ = [
 
 Outcome = Literal["passed", "failed", "skipped"]
 
-SUITE_VERSION = "1.2"
+SUITE_VERSION = "1.3"
 
 
 @dataclass(slots=True)

@@ -27,11 +27,15 @@ from taskrunner.queue import (
     ConsumerCleanup,
     Delivery,
     Leadership,
+    MessageLookup,
     Queue,
     QueueAdmin,
+    ResultStore,
     Scheduling,
     WorkerRegistry,
     leadership_of,
+    lookup_of,
+    results_of,
     scheduling_of,
 )
 
@@ -209,6 +213,30 @@ class Scenario:
         part = leadership_of(queue or self.queue)
         assert part is not None, (
             "the backend claims capabilities.leadership but leadership_of(queue) is None"
+        )
+        return part
+
+    def require_results(self, queue: Queue | None = None) -> ResultStore:
+        """`results_of(queue)`; skip unless ``capabilities.results`` is claimed.
+
+        Claimed with no part fails the test, as in `require_scheduling`.
+        """
+        self.require_capability("results")
+        part = results_of(queue or self.queue)
+        assert part is not None, (
+            "the backend claims capabilities.results but results_of(queue) is None"
+        )
+        return part
+
+    def require_lookup(self, queue: Queue | None = None) -> MessageLookup:
+        """`lookup_of(queue)`; skip unless ``capabilities.lookup`` is claimed.
+
+        Claimed with no part fails the test, as in `require_scheduling`.
+        """
+        self.require_capability("lookup")
+        part = lookup_of(queue or self.queue)
+        assert part is not None, (
+            "the backend claims capabilities.lookup but lookup_of(queue) is None"
         )
         return part
 
@@ -459,6 +487,8 @@ def optional_parts(queue: Queue) -> list[str]:
             ("consumer_cleanup", queue.consumer_cleanup),
             ("scheduling", scheduling_of(queue)),
             ("leadership", leadership_of(queue)),
+            ("results", results_of(queue)),
+            ("lookup", lookup_of(queue)),
         )
         if part is not None
     ]

@@ -15,12 +15,14 @@ from .cases.fencing import FencingCases
 from .cases.leadership import LeadershipCases
 from .cases.leases import LeaseCases
 from .cases.lifecycle import LifecycleCases
+from .cases.lookup import LookupCases
 from .cases.model import ModelCases
 from .cases.ordering import OrderingCases
 from .cases.outages import OutageCases
 from .cases.poison import PoisonCases
 from .cases.reclaim_progress import ReclaimProgressCases
 from .cases.registry import RegistryCases
+from .cases.results import ResultCases
 from .cases.scheduling import SchedulingCases
 from .cases.shapes import ShapeCases
 from .cases.stats import StatsCases
@@ -51,6 +53,8 @@ class QueueConformance(
     BoundaryCases,
     SchedulingCases,
     LeadershipCases,
+    ResultCases,
+    LookupCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from taskrunner.queue import Leadership, Queue, Scheduling
+from taskrunner.queue import Leadership, MessageLookup, Queue, ResultStore, Scheduling
 from taskrunner_conformance import PROPERTIES, QueueConformance
 from taskrunner_conformance.properties import contract_sentences, contract_test_name
 
@@ -29,7 +29,9 @@ def test_every_contract_sentence_has_a_test_named_after_it() -> None:
     assert not missing, missing
 
 
-@pytest.mark.parametrize("part", [Scheduling, Leadership], ids=lambda part: part.__name__)
+@pytest.mark.parametrize(
+    "part", [Scheduling, Leadership, ResultStore, MessageLookup], ids=lambda part: part.__name__
+)
 def test_every_sentence_of_an_optional_part_has_a_test_named_after_it(part: type) -> None:
     sentences = contract_sentences(part.__doc__ or "")
     assert len(sentences) >= 5
