@@ -357,3 +357,10 @@ async def test_lookup_reads_by_key_and_never_scans_a_table() -> None:
     store.dead_by_original = _NoScan(store.dead_by_original)
     states = await part(queue).lookup([ids[0], ids[49], dead, "unknown"])
     assert [s.state if s else None for s in states] == ["running", "ready", "dead", None]
+
+
+async def test_a_one_shot_iterable_of_ids_is_used_whole() -> None:
+    queue, _ = make()
+    ids = await queue.add([b"a", b"b"])
+    states = await part(queue).lookup(i for i in ids)  # type: ignore[arg-type]
+    assert [s.message_id if s else None for s in states] == ids

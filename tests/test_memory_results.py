@@ -511,3 +511,11 @@ async def test_overwrites_do_not_grow_the_expiry_heap_without_bound() -> None:
     assert await get(queue, "hot") == b"4999"
     assert queue.held_results() == 1
     assert len(queue._store.result_expiries) <= 2 * 1 + 1024 + 1
+
+
+async def test_one_shot_iterables_are_checked_and_used_whole() -> None:
+    queue, _ = make()
+    await queue.put_results(w(str(i), b"%d" % i) for i in range(3))  # type: ignore[arg-type]
+    assert await queue.get_results(str(i) for i in range(3)) == [b"0", b"1", b"2"]  # type: ignore[arg-type]
+    assert await queue.delete_results(str(i) for i in range(3)) == 3  # type: ignore[arg-type]
+    assert queue.held_results() == 0

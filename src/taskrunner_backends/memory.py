@@ -720,6 +720,8 @@ class InMemoryQueue:
         """
         if isinstance(results, ResultWrite):
             raise TypeError("results must be a sequence of ResultWrite, not a single one")
+        # Iterated twice (check, then store): a one-shot iterable must not store nothing.
+        results = list(results)
         for write in results:
             _check_result_write(write)
         self._check_open()
@@ -741,7 +743,7 @@ class InMemoryQueue:
         Raises:
             TypeError: `message_ids` is a single string, or an id is not a `str`.
         """
-        _check_ids(message_ids)
+        message_ids = _check_ids(message_ids)
         self._check_open()
         now = self._store.clock.monotonic()
         self._sweep_results(now, 0)
@@ -798,7 +800,7 @@ class InMemoryQueue:
         Raises:
             TypeError: `message_ids` is a single string, or an id is not a `str`.
         """
-        _check_ids(message_ids)
+        message_ids = _check_ids(message_ids)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -813,7 +815,7 @@ class InMemoryQueue:
     # -- MessageLookup -----------------------------------------------------------------
 
     def _lookup_states(self, message_ids: Sequence[str]) -> list[MessageState | None]:
-        _check_ids(message_ids)
+        message_ids = _check_ids(message_ids)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -1052,12 +1054,15 @@ def _state_of(message: _Message, now: float, wall: float) -> MessageState:
     )
 
 
-def _check_ids(message_ids: Sequence[str]) -> None:
+def _check_ids(message_ids: Sequence[str]) -> list[str]:
+    # A list, so a one-shot iterable is checked and then used whole.
     if isinstance(message_ids, str | bytes):
         raise TypeError("message_ids must be a sequence of ids, not a single string")
-    for message_id in message_ids:
+    ids = list(message_ids)
+    for message_id in ids:
         if not isinstance(message_id, str):
             raise TypeError(f"a message id must be a str, not {type(message_id).__name__}")
+    return ids
 
 
 def _check_result_write(write: ResultWrite) -> None:
