@@ -18,6 +18,7 @@ docs/scheduling.md; `taskrunner.leader` is the election as a building block.
 """
 
 from taskrunner.app import App, Task
+from taskrunner.attempts import Attempt, AttemptObserver, Outcome
 from taskrunner.backends import DEFAULT_URL, connect, known_schemes, open_queue
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.config import RunnerConfig, TuningConfig
@@ -31,6 +32,7 @@ from taskrunner.errors import (
     PayloadTooLargeError,
     PayloadValidationError,
     QueueClosedError,
+    TaskFailedError,
     TaskrunnerError,
     TaskTimeoutError,
     UnknownTaskError,
@@ -52,15 +54,20 @@ from taskrunner.queue import (
     FireRecord,
     LeaderLease,
     Leadership,
+    MessageLookup,
+    MessageState,
     Queue,
     QueueAdmin,
     QueueStats,
     Receipt,
+    ResultStore,
+    ResultWrite,
     Scheduling,
     WorkerInfo,
     WorkerRegistry,
 )
 from taskrunner.redaction import mask_url
+from taskrunner.results import TaskState, TaskStatus
 from taskrunner.runner import Runner
 from taskrunner.schedules import Schedule
 from taskrunner.stats import RunnerStats, TaskStats
@@ -70,6 +77,8 @@ __all__ = [
     "AddRequest",
     "Added",
     "App",
+    "Attempt",
+    "AttemptObserver",
     "BackendError",
     "BackendUnavailableError",
     "Capabilities",
@@ -89,6 +98,9 @@ __all__ = [
     "LeaderLease",
     "Leadership",
     "MessageError",
+    "MessageLookup",
+    "MessageState",
+    "Outcome",
     "PayloadTooLargeError",
     "PayloadValidationError",
     "Producer",
@@ -97,6 +109,8 @@ __all__ = [
     "QueueClosedError",
     "QueueStats",
     "Receipt",
+    "ResultStore",
+    "ResultWrite",
     "Runner",
     "RunnerConfig",
     "RunnerStats",
@@ -105,8 +119,11 @@ __all__ = [
     "SystemClock",
     "Task",
     "TaskContext",
+    "TaskFailedError",
     "TaskFailure",
+    "TaskState",
     "TaskStats",
+    "TaskStatus",
     "TaskTimeoutError",
     "TaskrunnerError",
     "TuningConfig",

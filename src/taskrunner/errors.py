@@ -32,6 +32,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PayloadValidationError",
     "QueueClosedError",
+    "TaskFailedError",
     "TaskTimeoutError",
     "TaskrunnerError",
     "UnknownTaskError",
@@ -149,3 +150,33 @@ class UnknownTaskError(MessageError, LookupError):
 
 class TaskTimeoutError(TaskrunnerError, TimeoutError):
     """A task ran longer than its ``timeout_seconds``."""
+
+
+class TaskFailedError(TaskrunnerError):
+    """`Producer.result` found that the task failed terminally; its stored error is here.
+
+    Attributes:
+        message_id: The message the result belongs to.
+        task: The task's name.
+        error_type: The exception's type name, or the kind of terminal failure found
+            before running (``TooManyDeliveries``, say).
+        error_message: The exception's message, or the reason.
+        delivery_count: The delivery whose failure was final.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        message_id: str,
+        task: str,
+        error_type: str,
+        error_message: str,
+        delivery_count: int,
+    ) -> None:
+        super().__init__(message)
+        self.message_id = message_id
+        self.task = task
+        self.error_type = error_type
+        self.error_message = error_message
+        self.delivery_count = delivery_count

@@ -25,7 +25,16 @@ from taskrunner.clock import Clock, SystemClock
 from taskrunner.codec import encode_envelope
 from taskrunner.errors import UnsupportedFeatureError
 from taskrunner.messages import Envelope
-from taskrunner.queue import AddRequest, Queue, Scheduling, scheduling_of
+from taskrunner.queue import (
+    AddRequest,
+    Queue,
+    ResultStore,
+    Scheduling,
+    lookup_of,
+    results_of,
+    scheduling_of,
+)
+from taskrunner.results import TaskStatus, decode_result, result_value, statuses
 from taskrunner.tracing import dispatching
 
 __all__ = ["Dispatched", "DispatchedList", "Producer", "encode_message"]
@@ -236,6 +245,92 @@ class Producer:
             return []
         return await part.cancel(ids)
 
+    # The timeout is the backend's (a server-side blocking wait), not asyncio.timeout's.
+    async def result(self, message_id: str, *, timeout: float = 30.0) -> Any:  # noqa: ASYNC109
+        """The return value of the task run for `message_id`, waiting up to `timeout` seconds.
+
+        The task must store results (``store_result=True`` on the task or
+        ``store_results=True`` on the app). The value is decoded against the return
+        annotation of the task as this producer's app registers it (plain JSON values
+        for a task it does not know). Returns at once when the result is already
+        stored; otherwise waits without polling where the backend can notify
+        (``Capabilities.result_notify``). A stored result is kept for the task's
+        ``result_ttl``; a message that ran twice (its lease lapsed) holds the result
+        of the run that finished last.
+
+        Raises:
+            TaskFailedError: The task failed terminally; the exception carries the
+                stored error type and message.
+            TimeoutError: No result was stored within `timeout` (still queued or
+                running, or the task does not store results, or it expired).
+            UnsupportedFeatureError: The backend has no result store.
+            ValueError: `timeout` is negative or not finite.
+            PayloadValidationError: The stored value does not match the return type.
+        """
+        _check_id(message_id)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+        if not math.isfinite(timeout) or timeout < 0:
+            raise ValueError(f"timeout={timeout!r} must be a finite number of seconds >= 0")
+        store = self._result_store()
+        body = await store.wait_result(message_id, timeout_seconds=float(timeout))
+        if body is None:
+            raise TimeoutError(
+                f"no result for message {message_id} within {timeout:g}s (not finished yet, "
+                "its task does not store results, or the result expired)"
+            )
+        return result_value(message_id, decode_result(body), self._app.tasks)
+
+    async def status(self, message_id: str) -> TaskStatus:
+        """Where the message `message_id` is, with its delivery count, last error and times.
+
+        The state is one of delayed, ready, running, succeeded, failed, dead and
+        unknown (see `TaskState`). Derived from the backend's own records while it
+        holds the message, then from the stored result, so tasks without results
+        read ``unknown`` once acked.
+
+        Raises:
+            UnsupportedFeatureError: The backend can neither look messages up nor
+                store results.
+        """
+        [status] = await self.status_many([message_id])
+        return status
+
+    async def status_many(self, message_ids: Sequence[str]) -> list[TaskStatus]:
+        """`status` of each id, in order, with one lookup and one result read for all."""
+        if isinstance(message_ids, str):
+            raise TypeError("status_many takes a sequence of message ids, not one str")
+        ids = list(message_ids)
+        for message_id in ids:
+            _check_id(message_id)
+        lookup = lookup_of(self._queue) if self._queue.capabilities.lookup else None
+        store = results_of(self._queue) if self._queue.capabilities.results else None
+        if lookup is None and store is None:
+            backend = type(self._queue).__name__
+            raise UnsupportedFeatureError(
+                f"status needs a backend with the 'lookup' or 'results' capability; "
+                f"{backend} offers neither",
+                backend=backend,
+                capability="lookup",
+            )
+        if not ids:
+            return []
+        states = await lookup.lookup(ids) if lookup is not None else [None] * len(ids)
+        stored = await store.get_results(ids) if store is not None else [None] * len(ids)
+        return statuses(ids, states, stored)
+
+    def _result_store(self) -> ResultStore:
+        store = results_of(self._queue)
+        if store is None or not self._queue.capabilities.results:
+            backend = type(self._queue).__name__
+            raise UnsupportedFeatureError(
+                f"results need a backend with the 'results' capability; {backend} "
+                "does not offer it",
+                backend=backend,
+                capability="results",
+            )
+        return store
+
     async def _send(
         self,
         task: Task[Any],
@@ -365,6 +460,13 @@ def encode_message(
         due_at=due_at,
     )
     return encode_envelope(envelope, max_bytes=app.max_message_bytes)
+
+
+def _check_id(message_id: object) -> None:
+    if not isinstance(message_id, str):
+        raise TypeError(f"a message id must be a str, got {type(message_id).__name__}")
+    if not message_id:
+        raise ValueError("a message id must not be empty")
 
 
 def _when(delay: Delay | None, at: datetime | None) -> tuple[float, float | None]:
