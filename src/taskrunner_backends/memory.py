@@ -31,7 +31,8 @@ server-backed queue, stated up front:
   step of the wall clock since the add).
 
 Below the contract methods, under "Test conveniences", sit synchronous inspection
-helpers (`ready_bodies`, `in_flight`, `dead_letters`). The runner never calls them.
+helpers (`ready_bodies`, `in_flight`, `dead_letters`, `held_results`). The runner
+never calls them.
 """
 
 from __future__ import annotations
@@ -460,7 +461,7 @@ class InMemoryQueue:
         return sum(self._pop_dead(i) is not None for i in chosen if i in store.dead)
 
     async def purge(self) -> int:
-        """Delete every ready, delayed and in-flight message."""
+        """Delete every ready, delayed and in-flight message; dead letters and results stay."""
         self._check_open()
         store = self._store
         count = len(store.messages)
