@@ -1327,6 +1327,8 @@ class RedisStreamsQueue:
         if timeout_seconds == 0:
             body = await self._raw.call("wait result", "GET", key)
             return body if isinstance(body, bytes) else None
+        # initialize() may have awaited the server while aclose ran.
+        self._check_open()
         if self._listener is None:
             self._listener = ResultListener(
                 self, f"taskrunner-results:{self._keys.namespace}:{self._keys.queue_name}"

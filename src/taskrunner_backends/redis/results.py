@@ -108,6 +108,8 @@ class ResultListener:
         self._pool_name: str = (
             queue._client.connection_pool.connection_kwargs.get("client_name") or ""
         )
+        #: Waits that looked at their key and now wait for a notification (for tests).
+        self.parked = 0
         #: Reads that failed and were retried (for tests and diagnostics).
         self.failures = 0
         #: Times every waiting key was looked at again (after a failure or a full read).
@@ -139,7 +141,11 @@ class ResultListener:
                     body = await self._get(key)
                 if body is not None:
                     return body
-                return await future
+                self.parked += 1
+                try:
+                    return await future
+                finally:
+                    self.parked -= 1
         except TimeoutError:
             if timeout.expired():
                 return None
@@ -168,7 +174,7 @@ class ResultListener:
     # -- internals ------------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._closed or self._queue._closed:
             raise QueueClosedError(f"{self._queue!r} was closed while waiting for a result")
 
     def _add(self, message_id: str, future: asyncio.Future[bytes]) -> None:
@@ -200,7 +206,7 @@ class ResultListener:
         try:
             body = await self._queue._raw.call("wait result", "GET", key)
         except BackendError as exc:
-            if self._closed:
+            if self._closed or self._queue._closed:
                 raise QueueClosedError(
                     f"{self._queue!r} was closed while waiting for a result"
                 ) from exc
