@@ -300,9 +300,10 @@ class Producer:
         """`status` of each id, in order, with one lookup and one result read for all."""
         if isinstance(message_ids, str):
             raise TypeError("status_many takes a sequence of message ids, not one str")
-        ids = list(message_ids)
-        for message_id in ids:
+        for message_id in message_ids:
             _check_id(message_id)
+        # Plain str: a `Dispatched` passed back in would otherwise ride into the status.
+        ids = [str(message_id) for message_id in message_ids]
         lookup = lookup_of(self._queue) if self._queue.capabilities.lookup else None
         store = results_of(self._queue) if self._queue.capabilities.results else None
         if lookup is None and store is None:

@@ -1,4 +1,10 @@
-"""``taskrunner inspect``: ready, in flight, dead, consumers and predicted wait per queue."""
+"""``taskrunner inspect``: ready, in flight, dead, consumers and predicted wait per queue.
+
+With ``--id ID`` (repeatable) it shows where those messages are instead: their state
+(delayed, ready, running, succeeded, failed, dead, unknown), delivery count, last
+error and times, as `taskrunner.Producer.status` reports them. It exits 1 when any
+id is unknown, so a script can tell.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +13,23 @@ from typing import Any
 
 import msgspec
 
+from taskrunner.app import App
 from taskrunner.backends import open_queue
 from taskrunner.cli.app import load_app
 from taskrunner.cli.common import (
     DEFAULT_QUEUE,
+    EXIT_BACKEND,
     EXIT_OK,
     Parser,
+    UsageError,
     app_options,
     note_default_queue,
 )
 from taskrunner.cli.output import Output, seconds
+from taskrunner.producer import Producer
 from taskrunner.queue import Queue, WorkerInfo
 from taskrunner.redaction import mask_url
+from taskrunner.results import TaskState, TaskStatus
 from taskrunner.settings import Settings
 from taskrunner.tuning import predicted_wait
 
@@ -41,6 +52,14 @@ def add_parser(commands: argparse._SubParsersAction[Parser], common: Parser) -> 
         action="append",
         metavar="NAME",
         help="queue to show (repeatable; default: the App's queue, else 'default')",
+    )
+    inspect_.add_argument(
+        "--id",
+        action="append",
+        dest="message_ids",
+        metavar="ID",
+        help="show where this message is (repeatable; one queue): its state, delivery "
+        "count, last error and times",
     )
 
 
@@ -112,6 +131,10 @@ async def run_inspect(args: argparse.Namespace, settings: Settings, out: Output)
     names: list[str] = args.queue or [app.queue if app is not None else DEFAULT_QUEUE]
     if not args.queue and app is None:
         note_default_queue()
+    if args.message_ids:
+        if len(set(names)) > 1:
+            raise UsageError("inspect --id: give one --queue (message ids are per queue)")
+        return await _inspect_ids(app, names[0], args.message_ids, settings.url, out)
     reports = []
     for name in dict.fromkeys(names):
         async with open_queue(settings.url, name) as queue:
@@ -162,3 +185,47 @@ def _print_report(report: _QueueReport, out: Output) -> None:
     )
     if len(consumers) > len(shown):
         out.line(f"    ... {len(consumers) - len(shown)} more (--json lists all)")
+
+
+async def _inspect_ids(
+    app: App | None, name: str, message_ids: list[str], url: str, out: Output
+) -> int:
+    async with open_queue(url, name) as queue:
+        producer = Producer(queue, app if app is not None else App(name))
+        found = await producer.status_many(message_ids)
+    if out.json:
+        out.document({"queue": name, "messages": [_status_document(s) for s in found]})
+    else:
+        for index, status in enumerate(found):
+            if index:
+                out.line()
+            _print_status(status, out)
+    unknown = any(status.state is TaskState.UNKNOWN for status in found)
+    return EXIT_BACKEND if unknown else EXIT_OK
+
+
+def _status_document(status: TaskStatus) -> dict[str, Any]:
+    document: dict[str, Any] = msgspec.to_builtins(status)
+    return document
+
+
+def _print_status(status: TaskStatus, out: Output) -> None:
+    out.line(f"message {status.message_id}  {status.state}")
+    rows = [
+        ("task", status.task),
+        ("task id", status.task_id),
+        ("deliveries", None if status.delivery_count is None else str(status.delivery_count)),
+        ("enqueued at", _iso(status.enqueued_at)),
+        ("due at", _iso(status.due_at)),
+        ("consumer", status.consumer),
+        ("idle", None if status.idle_seconds is None else seconds(status.idle_seconds)),
+        ("finished at", _iso(status.finished_at)),
+        ("last error", status.last_error),
+    ]
+    for label, value in rows:
+        if value is not None:
+            out.line(f"  {label:<12} {value}")
+
+
+def _iso(moment: Any) -> str | None:
+    return None if moment is None else str(moment.isoformat(timespec="milliseconds"))
