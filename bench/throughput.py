@@ -25,11 +25,16 @@ size (the size of a taskrunner envelope of a no-op task):
   run, acked and deleted. Both timestamps come from CLOCK_MONOTONIC, which Linux
   shares between processes.
 
+* ``e2e_results``: the same as ``e2e`` for N no-op tasks that store their result
+  (``store_result=True``, issue 12): each acked batch also writes its results, one
+  more round trip per batch. ``ratio_results`` = e2e_results / e2e.
+
 Each figure is messages per second; ``ratio_e2e`` = e2e / raw_consume and
 ``ratio_dispatch`` = dispatch / raw_produce, computed per run. The report gives the
 median of the runs for every figure, and the last line of output is one JSON object
 with the keys ``raw_consume``, ``raw_produce``, ``e2e``, ``dispatch``, ``ratio_e2e``,
-``ratio_dispatch`` (plus ``raw_consume_multi_ack``, ``n``, ``runs``, ``server``).
+``ratio_dispatch`` (plus ``raw_consume_multi_ack``, ``e2e_results``, ``ratio_results``,
+``n``, ``runs``, ``server``).
 
 A given server is never flushed: everything lives under a fresh namespace whose keys
 are deleted (SCAN MATCH + UNLINK) at the end.
@@ -82,6 +87,12 @@ app = taskrunner.App(QUEUE_NAME)
 @app.task(name="noop")
 async def noop() -> None:
     """The benchmark's task: nothing at all."""
+
+
+@app.task(name="noop_result", store_result=True)
+async def noop_result() -> int:
+    """Nothing but a small result to store."""
+    return 1
 
 
 # -- a private server (kept free of any dependency on tests/) ---------------------------
@@ -284,6 +295,11 @@ async def one_run(url: str, n: int) -> dict[str, float]:
         result["e2e"], summary = await e2e(client, url, namespace, n)
         if summary:
             print(f"  worker: {summary}", flush=True)
+        await taskrunner.Producer(queue, app).dispatch_many(noop_result, [None] * n)
+        result["e2e_results"], summary = await e2e(client, url, namespace, n)
+        if summary:
+            print(f"  worker (results): {summary}", flush=True)
+        result["ratio_results"] = result["e2e_results"] / result["e2e"]
         result["ratio_e2e"] = result["e2e"] / result["raw_consume"]
         result["ratio_dispatch"] = result["dispatch"] / result["raw_produce"]
         return result
@@ -304,7 +320,7 @@ async def server_name(url: str) -> str:
     return f"Redis {info.get('redis_version', '?')}"
 
 
-KEYS = ("raw_produce", "dispatch", "raw_consume", "raw_consume_multi_ack", "e2e")
+KEYS = ("raw_produce", "dispatch", "raw_consume", "raw_consume_multi_ack", "e2e", "e2e_results")
 
 
 async def bench(url: str, n: int, runs: int) -> dict[str, Any]:
@@ -326,12 +342,15 @@ async def bench(url: str, n: int, runs: int) -> dict[str, Any]:
         print(f"  {key:<22} {median[key]:>10,.0f} msg/s")
     print(f"  {'ratio_e2e':<22} {median['ratio_e2e']:>10.2f}   (e2e / raw_consume)")
     print(f"  {'ratio_dispatch':<22} {median['ratio_dispatch']:>10.2f}   (dispatch / raw_produce)")
+    print(f"  {'ratio_results':<22} {median['ratio_results']:>10.2f}   (e2e_results / e2e)")
     report: dict[str, Any] = {
         key: round(median[key], 3 if key.startswith("ratio") else 0)
         for key in ("raw_consume", "raw_produce", "e2e", "dispatch", "ratio_e2e", "ratio_dispatch")
     }
     report.update(
         raw_consume_multi_ack=round(median["raw_consume_multi_ack"]),
+        e2e_results=round(median["e2e_results"]),
+        ratio_results=round(median["ratio_results"], 3),
         n=n,
         runs=runs,
         server=server,
