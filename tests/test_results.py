@@ -481,3 +481,25 @@ async def test_a_return_value_json_cannot_hold_fails_only_a_task_that_stores_it(
     assert (await producer.status(first)).state == "unknown"  # acked, nothing stored
     with pytest.raises(TaskFailedError, match="result cannot be encoded as JSON"):
         await producer.result(second, timeout=0)
+
+
+async def test_a_result_larger_than_the_message_limit_fails_the_attempt() -> None:
+    clock = FakeClock()
+    app = App("tests", max_message_bytes=1000)
+    queue = RecordingQueue(clock=clock)
+
+    @app.task(store_result=True, max_retries=0)
+    async def big(size: int) -> str:
+        return "x" * size
+
+    producer = Producer(queue, app, clock=clock)
+    # The stored body is the value plus about 150 bytes of envelope.
+    small = await producer.dispatch(big, 700)
+    large = await producer.dispatch(big, 1000)
+    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+
+    assert await producer.result(small, timeout=0) == "x" * 700
+    with pytest.raises(TaskFailedError) as caught:
+        await producer.result(large, timeout=0)
+    assert caught.value.error_type == "PayloadTooLargeError"
+    assert "larger than the limit of 1000 bytes" in caught.value.error_message

@@ -50,6 +50,7 @@ from taskrunner.config import RunnerConfig
 from taskrunner.context import _CURRENT, TaskContext
 from taskrunner.errors import (
     MessageError,
+    PayloadTooLargeError,
     TaskTimeoutError,
 )
 from taskrunner.failure import TaskFailure
@@ -308,6 +309,15 @@ class Executor:
                 finished_at=self._clock.time(),
             )
         )
+        limit = self._app.max_message_bytes
+        if len(body) > limit:
+            # The same bound as messages: a runaway return value must not fill the backend.
+            raise PayloadTooLargeError(
+                f"task {task.name!r}: encoded result is {len(body)} bytes, larger than the "
+                f"limit of {limit} bytes (max_message_bytes)",
+                size=len(body),
+                limit=limit,
+            )
         return ResultWrite(message_id=delivery.message_id, body=body, ttl_seconds=task.result_ttl)
 
     async def _store_failure(

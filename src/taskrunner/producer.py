@@ -272,6 +272,7 @@ class Producer:
             raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
         if not math.isfinite(timeout) or timeout < 0:
             raise ValueError(f"timeout={timeout!r} must be a finite number of seconds >= 0")
+        message_id = str(message_id)  # a `Dispatched` is a str subclass
         store = self._result_store()
         body = await store.wait_result(message_id, timeout_seconds=float(timeout))
         if body is None:
