@@ -14,6 +14,7 @@ from taskrunner_backends.memory import InMemoryQueue
 
 from .broken_data import BROKEN_DATA
 from .broken_fencing import BROKEN_FENCING
+from .broken_results import BROKEN_RESULTS
 from .broken_scheduling import BROKEN_SCHEDULING
 from .broken_timing import BROKEN_TIMING
 from .harnesses import MemoryHarness, subclass_factory
@@ -218,6 +219,7 @@ BROKEN.update(BROKEN_FENCING)
 BROKEN.update(BROKEN_DATA)
 BROKEN.update(BROKEN_TIMING)
 BROKEN.update(BROKEN_SCHEDULING)
+BROKEN.update(BROKEN_RESULTS)
 
 heartbeat_does_not_extend = BROKEN["heartbeat_does_not_extend"][0]
 heartbeat_steals_back = BROKEN["heartbeat_steals_back"][0]

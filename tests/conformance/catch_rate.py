@@ -3,6 +3,7 @@
 Usage::
 
     python -m tests.conformance.catch_rate [--ref REV] [--runs N] [--jobs N] [--json PATH]
+        [--only NAME,...]
 
 Runs the suite of this checkout, and the suite as it was at git revision ``REV`` (its
 ``conformance/`` directory, first on ``sys.path``), several times against every broken
@@ -15,7 +16,9 @@ all are built on this checkout's memory backend). A backend is
 * **missed** when every run passed.
 
 It prints one line per backend and the totals; ``--json`` writes them too. It takes a
-few minutes (two suites x backends x runs, each a whole-suite run on simulated time).
+few minutes (two suites x backends x runs, each a whole-suite run on simulated time);
+``--only`` measures the named backends (or a file's group: ``results`` for
+broken_results.py) alone.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .broken import BROKEN
+from .broken_results import BROKEN_RESULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,7 +86,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument(
+        "--only", metavar="NAME,...", help="backends to measure (results: broken_results.py)"
+    )
     options = parser.parse_args(argv)
+    names = sorted(BROKEN)
+    if options.only:
+        wanted = {n.strip() for n in options.only.split(",") if n.strip()}
+        if "results" in wanted:
+            wanted = (wanted - {"results"}) | set(BROKEN_RESULTS)
+        unknown = wanted - set(BROKEN)
+        if unknown:
+            parser.error(f"no broken backend named {', '.join(sorted(unknown))}")
+        names = sorted(wanted)
     with tempfile.TemporaryDirectory() as work:
         work_dir = Path(work)
         (work_dir / "catch_rate_shim.py").write_text(_SHIM)
@@ -98,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             jobs = [
                 (label, name, run)
                 for label in suites
-                for name in sorted(BROKEN)
+                for name in names
                 for run in range(options.runs)
             ]
             with ThreadPoolExecutor(options.jobs) as pool:
@@ -111,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for (label, name, _), result in zip(jobs, results, strict=True):
         failed.setdefault((label, name), []).append(result)
     verdicts: dict[str, dict[str, str]] = {"before": {}, "after": {}}
-    for name in sorted(BROKEN):
+    for name in names:
         defect = BROKEN[name][1]
         verdicts["before"][name] = classify(failed["before", name], None)
         verdicts["after"][name] = classify(failed["after", name], defect)
@@ -123,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         counts = {
             k: list(verdicts[label].values()).count(k) for k in ("caught", "by chance", "missed")
         }
-        sys.stdout.write(f"{label}: {counts} of {len(BROKEN)} defect classes\n")
+        sys.stdout.write(f"{label}: {counts} of {len(names)} defect classes\n")
     if options.json:
         Path(options.json).write_text(json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
     return 0
