@@ -139,9 +139,15 @@ class Executor:
             attempt.due_at = envelope.due_at
             attempt.headers = envelope.headers
         tokens = [_notify(observer.attempt_started, attempt) for observer in observers]
-        attempt.outcome = Outcome.CANCELLED
         try:
             await self._execute(lease, attempt, envelope)
+        except asyncio.CancelledError:
+            attempt.outcome = Outcome.CANCELLED
+            raise
+        except Exception:
+            # A bug (the runner logs it): the message comes back after its lease.
+            attempt.outcome = Outcome.UNSETTLED
+            raise
         finally:
             for observer, token in zip(observers, tokens, strict=True):
                 _notify(observer.attempt_finished, attempt, token)
