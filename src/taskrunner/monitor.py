@@ -9,6 +9,11 @@ autoscaler react (tuning mode) and checks the long-queue threshold. Every
 `consumer_idle_seconds` that hold no message (names are unique per process, so dead
 processes would otherwise leave their consumers behind forever).
 
+The backend's whole `QueueStats` snapshot is kept with the time it was read
+(`Monitor.queue_stats`), so metrics can serve the ready, delayed, in-flight and dead
+counts without a backend call per scrape: a scrape answers from the last read even
+while the backend is down, and says how old that read is (`Monitor.queue_stats_age`).
+
 The long-queue hook fires once per episode: when the predicted wait rises above the
 threshold, and again only after it fell below 80 % of it. The hook runs in its own
 task (a plain function in a thread), so a slow hook never stalls the workers; while one
@@ -29,11 +34,11 @@ from taskrunner.clock import Clock
 from taskrunner.config import LongQueueHook
 from taskrunner.errors import BackendError
 from taskrunner.pool import WorkerPool
-from taskrunner.queue import Queue, WorkerInfo
+from taskrunner.queue import Queue, QueueStats, WorkerInfo
 from taskrunner.stats import StatsRecorder
 from taskrunner.tuning import Autoscaler, predicted_wait
 
-__all__ = ["Monitor", "Observation"]
+__all__ = ["Monitor", "Observation", "QueueReading"]
 
 _log = logging.getLogger("taskrunner.monitor")
 
@@ -69,6 +74,22 @@ class Observation:
     processes: int
     average_seconds: float | None
     predicted_wait_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueReading:
+    """The backend's statistics as last read, and when.
+
+    Attributes:
+        stats: What `Queue.stats` returned.
+        read_at: Wall-clock time (Unix seconds) the read returned.
+        read_monotonic: The monitor clock's monotonic reading at that moment (for ages
+            that a wall-clock step cannot make negative).
+    """
+
+    stats: QueueStats
+    read_at: float
+    read_monotonic: float
 
 
 class Monitor:
@@ -121,6 +142,8 @@ class Monitor:
         self._consumer_idle = consumer_idle_seconds
         self._last_cleanup: float | None = None
         self.latest: Observation | None = None
+        self.queue_stats: QueueReading | None = None
+        """The last successful read of the backend's statistics, None before the first."""
 
     async def run(self) -> None:
         """Observe every interval until cancelled, then leave the registry."""
@@ -157,7 +180,11 @@ class Monitor:
             await self._registry.publish_worker(me, ttl_seconds=_TTL_INTERVALS * self._interval)
             peers = {info.instance: info for info in await self._registry.live_workers()}
         peers[me.instance] = me
-        backlog = (await self._queue.stats()).ready
+        queue_stats = await self._queue.stats()
+        self.queue_stats = QueueReading(
+            stats=queue_stats, read_at=self._clock.time(), read_monotonic=self._clock.monotonic()
+        )
+        backlog = queue_stats.ready
         workers = sum(info.workers for info in peers.values())
         busy = sum(info.busy for info in peers.values())
         timed = [info for info in peers.values() if info.average_seconds is not None]
@@ -183,6 +210,13 @@ class Monitor:
         self._check_long_queue(observation.predicted_wait_seconds)
         await self._clean_up_consumers()
         return observation
+
+    def queue_stats_age(self) -> float | None:
+        """Seconds since `queue_stats` was read (monitor clock), None before the first read."""
+        reading = self.queue_stats
+        if reading is None:
+            return None
+        return max(0.0, self._clock.monotonic() - reading.read_monotonic)
 
     async def _clean_up_consumers(self) -> None:
         now = self._clock.monotonic()

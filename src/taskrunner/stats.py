@@ -8,9 +8,15 @@ changes in task duration within a few dozen executions instead of a day.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["RunnerStats", "StatsRecorder", "TaskStats"]
+
+# The task name counted for a dead letter whose body named no task, or an unregistered
+# one (a name from the wire must never become a key: hostile input would grow the
+# counters, and the metrics' label set, without bound).
+MALFORMED_TASK = "<malformed>"
 
 # Weight of the newest sample in the moving average of durations.
 _EWMA_WEIGHT = 0.1
@@ -100,9 +106,16 @@ def _blend(average: float | None, sample: float) -> float:
 
 
 class StatsRecorder:
-    """Mutable counters the runner's loops update; read through `snapshot`."""
+    """Mutable counters the runner's loops update; read through `snapshot`.
 
-    def __init__(self) -> None:
+    Args:
+        known_task: Tells whether a task name is registered on the app; dead letters
+            of other names are counted under ``<malformed>``. None trusts every name
+            (the caller passes only registered names then).
+    """
+
+    def __init__(self, *, known_task: Callable[[str], bool] | None = None) -> None:
+        self._known_task = known_task
         self.received = 0
         self.reclaimed = 0
         self.handled = 0
@@ -134,7 +147,9 @@ class StatsRecorder:
 
     def dead_lettered(self, task: str | None) -> None:
         """Record a message dead-lettered (task None: the body named no task)."""
-        self._task(task or "<malformed>").dead_lettered += 1
+        if not task or (self._known_task is not None and not self._known_task(task)):
+            task = MALFORMED_TASK
+        self._task(task).dead_lettered += 1
 
     def snapshot(
         self,

@@ -141,11 +141,52 @@ def test_the_worker_logs_each_success_at_debug_with_its_duration(run: Cli, memor
     quiet = run("worker", APP, "--url", memory_url, "--burst")
     seed(memory_url, "cli.greet", [Greeting("grace")])
     verbose = run("worker", APP, "--url", memory_url, "--burst", "--log-level", "debug")
+    seed(memory_url, "cli.greet", [Greeting("edsger")])
+    as_json = run(
+        "worker",
+        APP,
+        "--url",
+        memory_url,
+        "--burst",
+        "--log-level",
+        "debug",
+        "--log-format",
+        "json",
+    )
 
-    assert "succeeded in" not in quiet.err
-    [line] = [line for line in verbose.err.splitlines() if "succeeded in" in line]
-    assert re.search(r"DEBUG taskrunner\.executor: succeeded in \d+\.\d{3}s task=cli\.greet ", line)
+    assert "attempt succeeded" not in quiet.err
+    [line] = [line for line in verbose.err.splitlines() if "attempt succeeded" in line]
+    assert re.search(r"DEBUG taskrunner\.attempts: attempt succeeded .*task=cli\.greet ", line)
+    words = line.split()
+    assert "outcome=succeeded" in words
+    assert "delivery_count=1" in words
+    assert any(re.fullmatch(r"duration_seconds=\d[\d.e-]*", word) for word in words)
+    assert any(re.fullmatch(r"latency_seconds=\d[\d.e-]*", word) for word in words)
     assert "message_id=" in line
+    documents = [json.loads(line) for line in as_json.err.splitlines()]
+    [success] = [d for d in documents if d["message"] == "attempt succeeded"]
+    assert (success["level"], success["logger"]) == ("DEBUG", "taskrunner.attempts")
+    assert (success["task"], success["outcome"], success["delivery_count"]) == (
+        "cli.greet",
+        "succeeded",
+        1,
+    )
+    assert isinstance(success["duration_seconds"], float)
+    assert isinstance(success["latency_seconds"], float)
+    assert success["error"] is None
+
+
+def test_the_worker_logs_a_failed_attempt_at_info_with_its_error(run: Cli, memory_url: str) -> None:
+    seed(memory_url, "cli.fail", [Greeting("edsger")])
+
+    as_json = run("worker", APP, "--url", memory_url, "--burst", "--log-format", "json")
+
+    documents = [json.loads(line) for line in as_json.err.splitlines()]
+    [failed] = [d for d in documents if d["logger"] == "taskrunner.attempts"]
+    assert failed["level"] == "INFO"
+    assert failed["task"] == "cli.fail"
+    assert failed["outcome"] == "dead_lettered"
+    assert failed["error"] == "RuntimeError: cannot greet edsger"
 
 
 def test_the_worker_stop_line_has_structured_fields(run: Cli, memory_url: str) -> None:
