@@ -527,6 +527,7 @@ async def test_1000_waiters_on_one_handle_share_a_bounded_number_of_connections(
         await until(lambda: parked(queue) == 1000, "1000 waiters parked")
         listener_name = f"taskrunner-results:{redis_namespace}:q"
         mine = [c for c in await clients(queue) if c.get("name") in (name, listener_name)]
+        _log.info("1000 waiters: %d connections of the handle", len(mine))
 
         # One blocking listener, the first looks of the waiters, and CLIENT LIST's own.
         assert 2 <= len(mine) <= CHECK_CONCURRENCY + 2
