@@ -269,6 +269,20 @@ async def test_non_string_ids_are_none_and_a_single_string_is_refused(
         await redis_queue.lookup.lookup("1-1")
 
 
+async def test_another_spelling_of_a_message_id_is_not_that_message(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    [message_id] = await redis_queue.add([b"real"])
+    ms, seq = message_id.split("-")
+    await receive_one(redis_queue, "a")
+    aliases = [f"0{ms}-{seq}", f"{ms}-0{seq}", f"00{ms}-00{seq}"]
+
+    states = await redis_queue.lookup.lookup([*aliases, message_id])
+    assert states[:3] == [None, None, None]
+    assert states[3] is not None
+    assert states[3].state == "running"
+
+
 async def test_the_largest_stream_id_is_looked_up_not_refused(
     redis_queue: RedisStreamsQueue,
 ) -> None:

@@ -1112,11 +1112,7 @@ class RedisStreamsQueue:
         ids = list(message_ids)
         await self._ready()
         flags = [False] * len(ids)
-        valid = [
-            (index, i)
-            for index, i in enumerate(ids)
-            if isinstance(i, str) and _STREAM_ID_TEXT.fullmatch(i)  # type: ignore[redundant-expr]
-        ]
+        valid = [(index, i) for index, i in enumerate(ids) if _is_stream_id(i)]
         for start in range(0, len(valid), FENCED_BATCH):
             chunk = valid[start : start + FENCED_BATCH]
             reply = await self._raw.run_script(
@@ -1880,11 +1876,7 @@ class RedisStreamsQueue:
     def _valid_ids(self, message_ids: Sequence[str]) -> list[str]:
         if isinstance(message_ids, str):
             raise TypeError("message_ids must be a sequence of ids, not a single string")
-        return [
-            i
-            for i in message_ids
-            if isinstance(i, str) and _STREAM_ID_TEXT.fullmatch(i)  # type: ignore[redundant-expr]
-        ]
+        return [i for i in message_ids if _is_stream_id(i)]
 
 
 async def open_from_url(
@@ -2027,11 +2019,20 @@ _MAX_ID_PART = 2**64 - 1
 
 
 def _is_stream_id(value: object) -> bool:
-    """Whether `value` is a stream id the server accepts (both parts < 2**64)."""
+    """Whether `value` is a stream id in the server's own spelling (both parts < 2**64).
+
+    Only the canonical spelling: the server reads ``01-1`` as ``1-1``, so a
+    leading zero would make another text alias the message.
+    """
     if not isinstance(value, str) or not _STREAM_ID_TEXT.fullmatch(value):
         return False
     ms, _, seq = value.partition("-")
-    return int(ms) <= _MAX_ID_PART and int(seq) <= _MAX_ID_PART
+    return (
+        int(ms) <= _MAX_ID_PART
+        and int(seq) <= _MAX_ID_PART
+        and str(int(ms)) == ms
+        and str(int(seq)) == seq
+    )
 
 
 def _message_state(message_id: str, row: Sequence[Any]) -> MessageState | None:
