@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from taskrunner.errors import QueueClosedError
+from taskrunner.errors import BackendError, QueueClosedError
 from taskrunner.queue import ResultWrite, results_of
 from taskrunner_backends.redis import RedisStreamsQueue, results as results_module
 from taskrunner_backends.redis.results import CHECK_CONCURRENCY, ResultListener
@@ -634,3 +634,28 @@ async def test_cancelling_a_waiter_mid_wait_never_cancels_the_listener(
     assert listener_of(redis_queue).running
     await redis_queue.put_results([write("x", b"still")])
     assert await stays == b"still"
+
+
+async def test_a_listener_bug_fails_the_waiters_instead_of_leaving_them_to_time_out(
+    redis_queue: RedisStreamsQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiter = asyncio.create_task(redis_queue.wait_result("b", timeout_seconds=DEADLINE_SECONDS))
+    await until(lambda: parked(redis_queue) == 1, "waiter parked")
+    listener = listener_of(redis_queue)
+
+    def broken(entries: list[tuple[str, object]]) -> list[str]:
+        raise RuntimeError("bug in the listener")
+
+    monkeypatch.setattr(listener, "_named", broken)
+    await redis_queue.put_results([write("b", b"x")])
+
+    with pytest.raises(BackendError, match="bug in the listener"):
+        await waiter
+    await until(lambda: not listener.running, "listener ended")
+    # The next wait starts a new listener.
+    monkeypatch.undo()
+    again = asyncio.create_task(redis_queue.wait_result("c", timeout_seconds=DEADLINE_SECONDS))
+    await until(lambda: parked(redis_queue) == 1, "second waiter parked")
+    assert listener.running
+    await redis_queue.put_results([write("c", b"y")])
+    assert await again == b"y"

@@ -81,6 +81,16 @@ a new holder gets the previous token + 1 and a lapsed lease nobody took still re
 ``fire`` checks the token and the schedule's last instant (hash ``fired``) and XADDs
 the body in one script. delete_queue deletes both (tokens then start again at 1).
 
+Results and lookup. A result is the string ``r:<message id>`` in the queue's slot,
+``SET ... PX`` (last write wins, TTL restarted), indexed in the ``results`` zset so
+delete_queue finds it; a put is one script per `RESULTS_BATCH` results, all in one
+round trip, and appends the ids it stored to the capped ``done`` stream. Waits of one
+handle share one listener task reading that stream with a blocking XREAD (see
+`taskrunner_backends.redis.results`). `lookup_messages` (the ``lookup`` part) reads
+where a message is from the stream, the PEL, ``moved`` and the parked set, and finds
+dead letters through ``dead_ids`` (original id -> dead-letter id), which only the
+dead-letter paths write (one HSET) and retry/purge of dead letters clear.
+
 Reclaim. `reclaim` pages through the PEL with ``XPENDING`` from a cursor kept on the
 queue object (restarting at the oldest entry when it reaches the end), at most
 `RECLAIM_SCAN_BUDGET` entries per call, so lapsed entries behind many live ones are
@@ -568,7 +578,10 @@ def _describe_client(client: aioredis.Redis) -> str:
 
 
 class RedisStreamsQueue:
-    """A `taskrunner.queue.Queue` on Redis Streams; also `QueueAdmin` and `WorkerRegistry`.
+    """A `taskrunner.queue.Queue` on Redis Streams, with every optional part.
+
+    It is its own `QueueAdmin`, `WorkerRegistry`, `ConsumerCleanup`, `Scheduling`,
+    `Leadership` and `ResultStore`; its `lookup` part is a small object of its own.
 
     Args:
         client: A ``redis.asyncio.Redis``; its connection pool is used, its reply

@@ -255,6 +255,17 @@ class ResultListener:
                     # Idle: end here, with no await between this check and the reset,
                     # so the next waiter starts a new listener (and a new position).
                     return
+        except Exception as exc:
+            # A bug, not an outage: hand it to every waiter instead of leaving them to
+            # their timeouts (the next wait starts a new listener).
+            _log.exception("%r: result listener failed", self._queue)
+            error = BackendError(f"result listener failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            for futures in self._waiters.values():
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(error)
+            self._ready.set()
         finally:
             if self._task is asyncio.current_task():
                 self._task = None
