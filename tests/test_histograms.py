@@ -145,8 +145,8 @@ def test_latency_from_a_producer_clock_ahead_counts_as_zero() -> None:
     assert series.latency_buckets[0] == 1
 
 
-# JSON cannot spell NaN, but -1e400 decodes to -inf.
-@pytest.mark.parametrize("enqueued_at", [-math.inf, None])
+# -1e400 on the wire decodes to -inf; NaN only from a non-JSON producer.
+@pytest.mark.parametrize("enqueued_at", [-math.inf, math.nan, None])
 def test_a_latency_that_is_no_finite_number_is_left_out(enqueued_at: float | None) -> None:
     histograms = _histograms()
     _finish(histograms, _attempt(enqueued_at=enqueued_at))
