@@ -353,7 +353,7 @@ class LookupCases(ConformanceBase):
     ) -> None:
         """Released without delay: ready with count 1; redelivered: running with count 2.
 
-        Released again after a reclaim (count 2, with heartbeats): ready with count 2.
+        Released again after a lapse and a reclaim (count 3): ready with count 3.
         """
         part = s.require_lookup(await s.open())
         (message_id,) = await s.add([b"released"])
