@@ -1310,7 +1310,7 @@ class RedisStreamsQueue:
     async def wait_result(self, message_id: str, *, timeout_seconds: float) -> bytes | None:
         """The body of `message_id`'s result, waiting up to `timeout_seconds` for it.
 
-        Returns at once when it is stored. Otherwise the wait registers with the
+        Returns at once when it is stored (one GET). Otherwise the wait registers with the
         handle's one result listener (a task reading the ``done`` stream with a
         blocking XREAD; see `taskrunner_backends.redis.results`), which wakes it when a
         put names the id: no polling, and any number of concurrent waits of one handle

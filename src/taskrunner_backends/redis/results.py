@@ -14,9 +14,10 @@ the waiters of every id a notification names, with one MGET of their keys per re
 
 No notification is missed:
 
-* A waiter registers, waits until the listener knows its position in the stream,
-  then reads the key. A put before that read is seen by the read; a put after it
-  appends an entry after the position, which the listener reads.
+* A waiter reads its key once (a stored result needs no listener), then registers,
+  waits until the listener knows its position in the stream, and reads the key
+  again. A put before that second read is seen by it; a put after it appends an
+  entry after the position, which the listener reads.
 * The stream is capped with ``MAXLEN ~ NOTIFY_CAP``, which keeps at least that many
   entries. A read that returns `NOTIFY_CAP` entries may have been overtaken by
   trimming, so the listener then looks at every waiting key (one MGET per 1000).
@@ -128,12 +129,19 @@ class ResultListener:
     async def wait(self, message_id: str, key: str, timeout_seconds: float) -> bytes | None:
         """The body stored under `key` for `message_id`, waiting up to `timeout_seconds`."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_seconds
+        timeout = asyncio.timeout_at(loop.time() + timeout_seconds)
         future: asyncio.Future[bytes] = loop.create_future()
-        self._add(message_id, future)
-        timeout = asyncio.timeout_at(deadline)
         try:
             async with timeout:
+                # Usually the task has finished already: one GET, and no listener.
+                self._check_open()
+                async with self._checks:
+                    body = await self._get(key)
+                if body is not None:
+                    return body
+                # Registered before the listener starts (no await in between), so an
+                # idle listener never ends under a waiter it has not seen.
+                self._add(message_id, future)
                 ready = self._start()
                 await ready.wait()
                 self._check_open()
