@@ -781,7 +781,13 @@ class ResultStore(Protocol):
         ...
 
     async def get_results(self, message_ids: Sequence[str]) -> list[bytes | None]:
-        """The stored body of each id, in order; None where there is none (or it expired)."""
+        """The stored body of each id, in order; None where there is none (or it expired).
+
+        An id that could never have been stored (empty, say) is None, not an error.
+
+        Raises:
+            TypeError: `message_ids` is a single string, or an id is not a `str`.
+        """
         ...
 
     async def wait_result(self, message_id: str, *, timeout_seconds: float) -> bytes | None:
@@ -790,16 +796,24 @@ class ResultStore(Protocol):
         Returns at once when it is already stored. Without busy polling when the
         backend claims ``Capabilities.result_notify``.
 
+        The timeout is measured on the caller's clock (the event loop's, or the
+        backend's injected clock); the result's TTL on the backend's.
+
         Returns:
             The body, or None when none was stored by the timeout.
 
         Raises:
             ValueError: `timeout_seconds` < 0 or not finite, or `message_id` empty.
+            QueueClosedError: The handle was closed before or while waiting.
+            BackendUnavailableError: The backend could not be reached to look.
         """
         ...
 
     async def delete_results(self, message_ids: Sequence[str]) -> int:
-        """Delete the results of `message_ids`; returns how many existed."""
+        """Delete the results of `message_ids`; returns how many existed (expired ones do not).
+
+        Unknown and empty ids are skipped; a non-`str` id raises TypeError.
+        """
         ...
 
 
