@@ -28,6 +28,9 @@ from ..scenario import ConformanceBase, Scenario, conformance
 
 __all__ = ["ResultCases", "get_results", "put_results"]
 
+# Waits raced by the put of their id (X63), 0-3 event-loop turns after each starts.
+_RACES = 24
+
 # What a backend without result_notify may add to a wake-up: it polls at most this often.
 POLL_SECONDS = 0.05
 
@@ -598,6 +601,50 @@ class ResultCases(ConformanceBase):
         finally:
             for task in tasks:
                 await settle_task(task, s.grace)
+
+    @conformance("X63")
+    async def test_put_racing_the_start_of_a_wait_result_is_never_missed(self, s: Scenario) -> None:
+        """Twenty-four waits, each raced by the put of its id 0-3 event-loop turns after it starts.
+
+        A wait that looks, finds nothing and only then subscribes misses a put landing in
+        between and sleeps out its timeout of a hundred leases: every wait must return
+        its body within the wake-up bound (plus grace) of the last put.
+        """
+        waiter = s.require_results()
+        writer = s.require_results(await s.open())
+        edges = Edges(s)
+        await edges.head_start()
+        ttl = 100 * s.lease
+        tasks: list[asyncio.Task[bytes | None]] = []
+        try:
+            for i in range(_RACES):
+                tasks.append(
+                    asyncio.create_task(waiter.wait_result(f"race-{i}", timeout_seconds=ttl))
+                )
+                for _ in range(i % 4):
+                    await asyncio.sleep(0)
+                await put_results(
+                    writer,
+                    [ResultWrite(message_id=f"race-{i}", body=f"{i}".encode(), ttl_seconds=ttl)],
+                )
+            bound = _wake_bound(s, edges)
+            if edges.exact and bound > 0:
+                await s.advance(bound)
+            await asyncio.wait(set(tasks), timeout=bound + s.grace)
+            missed = [f"race-{i}" for i, task in enumerate(tasks) if not task.done()]
+            assert not missed, (
+                f"wait_result missed the put that raced its start: {missed} still waiting "
+                f"{s.grace:g}s after their results were stored"
+            )
+            for i, task in enumerate(tasks):
+                _returned(task, f"wait_result(race-{i}) {_outcome(task)}")
+                assert task.result() == f"{i}".encode(), (
+                    f"wait_result(race-{i}) returned {_show(task.result())}"
+                )
+        finally:
+            for task in tasks:
+                await settle_task(task, s.grace)
+        s.boundary(4)
 
     # -- X64: timeouts -------------------------------------------------------------------------
 
