@@ -482,6 +482,20 @@ def test_an_ambient_span_is_linked_not_made_the_parent(traces: Traces) -> None:
     assert parent_of(send) == ids(traces.one("around runner"))
 
 
+def test_an_ambient_span_is_not_the_parent_of_a_message_without_context(
+    traces: Traces,
+) -> None:
+    tracer = observer()
+    with traces.tracer.start_as_current_span("around runner"):
+        current = attempt()
+        tracer.attempt_finished(current, tracer.attempt_started(current))
+
+    process = traces.one("process q")
+    assert process.parent is None
+    assert linked(process) == [ids(traces.one("around runner"))]
+    assert ids(process)[0] != ids(traces.one("around runner"))[0]
+
+
 @pytest.mark.parametrize(
     ("outcome", "status", "error_type"),
     [

@@ -284,6 +284,9 @@ if OTEL_AVAILABLE:
             self._name = f"process {queue}"
 
         def attempt_started(self, attempt: Attempt) -> object:
+            tracer = _TRACERS.get()
+            if tracer is None and not attempt.headers:
+                return None  # no SDK and nothing to pass on: the cheapest way out
             ambient = otel_context.get_current()
             around = trace.get_current_span(ambient).get_span_context()
             # The creation context alone decides the parent: a span that happens to be
@@ -295,11 +298,10 @@ if OTEL_AVAILABLE:
                 else ambient
             )
             parent = _extract(attempt.headers, base)
-            creation = trace.get_current_span(parent).get_span_context()
-            tracer = _TRACERS.get()
             if tracer is None:
                 # No SDK: only pass the creation context on to what the task calls.
                 return otel_context.attach(parent) if parent is not base else None
+            creation = trace.get_current_span(parent).get_span_context()
             links = []
             if creation.is_valid:
                 links.append(trace.Link(creation))
@@ -331,6 +333,8 @@ if OTEL_AVAILABLE:
             return span, otel_context.attach(trace.set_span_in_context(span, parent))
 
         def attempt_finished(self, attempt: Attempt, token: object) -> None:
+            if token is None:
+                return  # nothing was started or attached
             if isinstance(token, Token):
                 otel_context.detach(token)  # no SDK: only a context was attached
                 return
