@@ -483,6 +483,21 @@ class WaitResultMissesAPutRacingItsStart(_Shimmed):
     result_shim = _SubscribesLate
 
 
+class _SwallowsCancel(ResultShim):
+    async def wait_result(self, message_id: str, *, timeout_seconds: float) -> bytes | None:
+        try:
+            return await self.inner.wait_result(message_id, timeout_seconds=timeout_seconds)
+        except asyncio.CancelledError:
+            # The defect: a cancelled wait returns "no result" instead of ending cancelled.
+            return None
+
+
+class WaitResultSwallowsCancellation(_Shimmed):
+    """A cancelled wait_result returns None instead of raising CancelledError."""
+
+    result_shim = _SwallowsCancel
+
+
 # -- MessageLookup ---------------------------------------------------------------------------
 
 
@@ -658,6 +673,7 @@ BROKEN_RESULTS: dict[str, tuple[Callable[[], SubclassHarness], str]] = {
         _factory(WaitResultMissesAPutRacingItsStart),
         "X63",
     ),
+    "wait_result_swallows_cancellation": (_factory(WaitResultSwallowsCancellation), "X63"),
     "wait_result_gives_up_early": (_factory(WaitResultGivesUpEarly), "X64"),
     "results_survive_delete_queue": (_factory(ResultsSurviveDeleteQueue), "X65"),
     "delete_counts_expired_results": (_factory(DeleteCountsExpiredResults), "X65"),

@@ -646,6 +646,43 @@ class ResultCases(ConformanceBase):
                 await settle_task(task, s.grace)
         s.boundary(4)
 
+    @conformance("X63")
+    async def test_cancelled_wait_result_ends_cancelled_and_later_waits_still_wake(
+        self, s: Scenario
+    ) -> None:
+        """Cancelling a waiting call raises CancelledError in it (never swallowed as None).
+
+        The id's later waits, through the same handle, are woken by a put as before.
+        """
+        waiter = s.require_results()
+        writer = s.require_results(await s.open())
+        edges = Edges(s)
+        await edges.head_start()
+        ttl = 100 * s.lease
+        task, _ = await edges.started(waiter.wait_result("cancelled", timeout_seconds=ttl))
+        await s.advance(0.1 * s.lease)
+        assert not task.done(), f"wait_result with nothing stored {_outcome(task)}"
+        task.cancel()
+        await asyncio.wait({task}, timeout=s.grace)
+        assert task.done(), f"a cancelled wait_result was still running {s.grace:g}s later"
+        assert task.cancelled(), (
+            f"a cancelled wait_result {_outcome(task)} instead of raising CancelledError"
+        )
+        again, _ = await edges.started(waiter.wait_result("cancelled", timeout_seconds=ttl))
+        try:
+            await put_results(
+                writer, [ResultWrite(message_id="cancelled", body=b"later", ttl_seconds=ttl)]
+            )
+            bound = _wake_bound(s, edges)
+            if edges.exact and bound > 0:
+                await s.advance(bound)
+            await asyncio.wait({again}, timeout=bound + s.grace)
+            assert again.done(), "after a cancelled wait, a new wait of its id was not woken"
+            assert again.result() == b"later", f"the new wait {_outcome(again)}"
+        finally:
+            await settle_task(again, s.grace)
+        s.boundary(2)
+
     # -- X64: timeouts -------------------------------------------------------------------------
 
     @conformance("X64")
