@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from opentelemetry import context as otel_context, trace
+from opentelemetry import baggage, context as otel_context, trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -347,6 +347,26 @@ async def test_the_callers_own_traceparent_wins_over_the_injected_one(traces: Tr
     assert linked(process) == [CUSTOM_IDS]
 
 
+async def test_the_producers_baggage_is_current_in_the_task(traces: Traces) -> None:
+    clock = FakeClock()
+    app, queue = make(clock)
+    seen: list[object] = []
+
+    @app.task
+    async def work() -> None:
+        seen.append(baggage.get_baggage("tenant"))
+
+    token = otel_context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        await Producer(queue, app, clock=clock).dispatch(work)
+    finally:
+        otel_context.detach(token)
+    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+
+    assert seen == ["acme"]
+    assert parent_of(traces.one("process tests")) == ids(traces.one("send tests"))
+
+
 async def test_a_message_without_trace_context_starts_a_new_trace(traces: Traces) -> None:
     clock = FakeClock()
     app, queue = make(clock)
@@ -407,8 +427,9 @@ async def test_hostile_trace_headers_start_a_new_trace_without_raising(
     no_observer_errors(caplog)
 
 
+@pytest.mark.parametrize("tracestate", ["x" * 10_000, "not a member", "k=v,k=w"])
 async def test_a_valid_traceparent_with_a_broken_tracestate_keeps_the_parent(
-    traces: Traces,
+    traces: Traces, tracestate: str
 ) -> None:
     clock = FakeClock()
     app, queue = make(clock)
@@ -417,7 +438,7 @@ async def test_a_valid_traceparent_with_a_broken_tracestate_keeps_the_parent(
     async def work() -> None:
         pass
 
-    headers = {"traceparent": CUSTOM, "tracestate": "x" * 10_000}
+    headers = {"traceparent": CUSTOM, "tracestate": tracestate}
     await Producer(queue, app, clock=clock).dispatch(work, headers=headers)
     await run_burst(Runner(queue, app, config(), clock=clock), clock)
 
@@ -716,7 +737,7 @@ def test_a_global_provider_set_after_import_is_followed() -> None:
         import asyncio
         from taskrunner import App, Producer, Runner
         from taskrunner_backends.memory import InMemoryQueue
-        from opentelemetry import context as otel_context, trace
+        from opentelemetry import baggage, context as otel_context, trace
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
