@@ -22,7 +22,7 @@ from .cases.outages import OutageCases
 from .cases.poison import PoisonCases
 from .cases.reclaim_progress import ReclaimProgressCases
 from .cases.registry import RegistryCases
-from .cases.results import ResultCases
+from .cases.results import ClosedWhileWaitingCases, ResultCases
 from .cases.scheduling import SchedulingCases
 from .cases.shapes import ShapeCases
 from .cases.stats import StatsCases
@@ -54,6 +54,7 @@ class QueueConformance(
     SchedulingCases,
     LeadershipCases,
     ResultCases,
+    ClosedWhileWaitingCases,
     LookupCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.

@@ -498,6 +498,43 @@ class WaitResultSwallowsCancellation(_Shimmed):
     result_shim = _SwallowsCancel
 
 
+class _DeafToClose(_SubscribesLate):
+    """Subscribes before it looks (no race), but nothing wakes it when its handle closes."""
+
+    async def wait_result(self, message_id: str, *, timeout_seconds: float) -> bytes | None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters().setdefault(message_id, []).append(future)
+        try:
+            body = await self.inner.wait_result(message_id, timeout_seconds=0)
+            if body is not None or timeout_seconds == 0:
+                return body
+            await wait_future(self.queue._store.clock, future, timeout_seconds)
+        finally:
+            future.cancel()
+        (body,) = await self.inner.get_results([message_id])
+        return body
+
+
+class WaitResultNotEndedByAclose(_Shimmed):
+    """A wait_result in progress keeps waiting when its handle is closed (and then returns
+    None at its timeout, or raises only on its next read)."""
+
+    result_shim = _DeafToClose
+
+
+class _RefusesEmptyIds(ResultShim):
+    async def get_results(self, message_ids: Sequence[str]) -> list[bytes | None]:
+        if "" in list(message_ids):
+            raise ValueError("message ids must not be empty")
+        return await self.inner.get_results(message_ids)
+
+
+class GetResultsRefusesAnEmptyId(_Shimmed):
+    """get_results raises ValueError for an empty id instead of answering None."""
+
+    result_shim = _RefusesEmptyIds
+
+
 # -- MessageLookup ---------------------------------------------------------------------------
 
 
@@ -678,6 +715,8 @@ BROKEN_RESULTS: dict[str, tuple[Callable[[], SubclassHarness], str]] = {
     "results_survive_delete_queue": (_factory(ResultsSurviveDeleteQueue), "X65"),
     "delete_counts_expired_results": (_factory(DeleteCountsExpiredResults), "X65"),
     "validation_after_partial_store": (_factory(ValidationAfterPartialStore), "X66"),
+    "get_results_refuses_an_empty_id": (_factory(GetResultsRefusesAnEmptyId), "X66"),
+    "wait_result_not_ended_by_aclose": (_factory(WaitResultNotEndedByAclose), "X1"),
     "ttl_zero_keeps_forever": (_factory(TtlZeroKeepsForever), "X66"),
     "lookup_reports_overdue_as_delayed": (_factory(LookupReportsOverdueAsDelayed), "X71"),
     "lookup_keeps_the_first_holder": (_factory(LookupKeepsTheFirstHolder), "X72"),

@@ -26,7 +26,7 @@ from taskrunner.queue import ResultStore, ResultWrite
 from ..edges import Edges, Mark, Spec, Subject, Wording, check_edges, conclusively, settle_task
 from ..scenario import ConformanceBase, Scenario, conformance
 
-__all__ = ["ResultCases", "get_results", "put_results"]
+__all__ = ["ClosedWhileWaitingCases", "ResultCases", "get_results", "put_results"]
 
 # Waits raced by the put of their id (X63), 0-3 event-loop turns after each starts.
 _RACES = 24
@@ -934,6 +934,34 @@ class ResultCases(ConformanceBase):
         await put_results(part, [])
         await _stored(reader, {"kept": b"old"}, "after put_results([])")
 
+        # get_results and delete_results: an id that could never be stored is unknown,
+        # a non-str id or a lone string instead of a sequence is a TypeError.
+        (empty,) = await get_results(reader, [""])
+        assert empty is None, f"get_results(['']) answered {_show(empty)}"
+        assert await part.delete_results([""]) == 0, "delete_results(['']) counted something"
+        refused: dict[str, Callable[[], Awaitable[object]]] = {
+            "get_results('kept')": lambda: part.get_results("kept"),
+            "get_results([5])": lambda: part.get_results([5]),  # type: ignore[list-item]
+            "get_results([b'kept'])": lambda: part.get_results([b"kept"]),  # type: ignore[list-item]
+            "delete_results('kept')": lambda: part.delete_results("kept"),
+            "delete_results([5])": lambda: part.delete_results([5]),  # type: ignore[list-item]
+            "delete_results([b'kept'])": lambda: part.delete_results(
+                [b"kept"]  # type: ignore[list-item]
+            ),
+        }
+        for label, call in refused.items():
+            try:
+                answer = await call()
+            except TypeError:
+                continue
+            except Exception as exc:
+                wrong.append(f"{label} raised {exc!r}, not TypeError")
+            else:
+                wrong.append(f"{label} returned {answer!r}")
+        assert not wrong, "; ".join(wrong)
+        await _stored(reader, {"kept": b"old"}, "after refused get and delete calls")
+        s.boundary(len(refused) + 2)
+
     @conformance("X66")
     async def test_valid_edge_result_arguments_are_accepted(self, s: Scenario) -> None:
         """A whole-number TTL, a tiny one, a huge one; timeout 0 and a whole-number timeout."""
@@ -955,6 +983,56 @@ class ResultCases(ConformanceBase):
         got = await asyncio.wait_for(part.wait_result("huge", timeout_seconds=1), s.grace)
         assert got == b"h", f"wait_result(timeout_seconds=1) returned {_show(got)}"
         s.boundary(len(accepted) + 1)
+
+
+class ClosedWhileWaitingCases(ConformanceBase):
+    """X1 for a wait in progress (part of `ResultCases`)."""
+
+    @conformance("X1")
+    async def test_wait_result_raises_queue_closed_error_when_its_handle_is_closed_while_it_waits(
+        self, s: Scenario
+    ) -> None:
+        """Closed by another task mid-wait: QueueClosedError soon, not None at the timeout.
+
+        Another handle's wait of the same id is not ended and is woken by a put.
+        """
+        closing = await s.open()
+        waiter = s.require_results(closing)
+        other = s.require_results()
+        edges = Edges(s)
+        await edges.head_start()
+        ttl = 100 * s.lease
+        task, _ = await edges.started(waiter.wait_result("closing", timeout_seconds=ttl))
+        survivor, _ = await edges.started(other.wait_result("closing", timeout_seconds=ttl))
+        try:
+            await s.advance(0.1 * s.lease)
+            assert not task.done(), f"wait_result with nothing stored {_outcome(task)}"
+            await closing.aclose()
+            await asyncio.wait({task}, timeout=s.grace)
+            assert task.done(), (
+                f"a wait_result whose handle was closed was still waiting {s.grace:g}s later"
+            )
+            assert not task.cancelled(), "a wait_result whose handle was closed was cancelled"
+            error = task.exception()
+            assert isinstance(error, QueueClosedError), (
+                f"a wait_result whose handle was closed {_outcome(task)}, not QueueClosedError"
+            )
+            assert not survivor.done(), (
+                f"closing one handle ended another handle's wait: it {_outcome(survivor)}"
+            )
+            await put_results(
+                other, [ResultWrite(message_id="closing", body=b"after", ttl_seconds=ttl)]
+            )
+            bound = _wake_bound(s, edges)
+            if edges.exact and bound > 0:
+                await s.advance(bound)
+            await asyncio.wait({survivor}, timeout=bound + s.grace)
+            assert survivor.done(), "the other handle's wait was not woken by a put"
+            assert survivor.result() == b"after", f"the other wait {_outcome(survivor)}"
+        finally:
+            await settle_task(task, s.grace)
+            await settle_task(survivor, s.grace)
+        s.boundary(2)
 
 
 def closed_result_calls(part: ResultStore) -> dict[str, Callable[[], Awaitable[object]]]:
