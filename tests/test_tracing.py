@@ -565,6 +565,15 @@ def test_an_exception_whose_str_raises_still_ends_the_span(traces: Traces) -> No
     assert not trace.get_current_span().get_span_context().is_valid
 
 
+def test_a_huge_task_name_from_the_body_is_cut_in_the_attributes(traces: Traces) -> None:
+    tracer = observer()
+    current = attempt(task="t" * 100_000, task_id="i" * 100_000)
+    tracer.attempt_finished(current, tracer.attempt_started(current))
+    attributes = traces.one("process q").attributes or {}
+    assert attributes["taskrunner.task.name"] == "t" * 1000
+    assert attributes["taskrunner.task.id"] == "i" * 1000
+
+
 def test_finish_without_a_start_token_does_nothing(traces: Traces) -> None:
     observer().attempt_finished(attempt(outcome=Outcome.SUCCEEDED), None)
     assert traces.spans() == []

@@ -16,9 +16,11 @@ Follows the OpenTelemetry messaging semantic conventions (v1.44, status
 
 Without ``opentelemetry-api`` installed, `dispatching` yields an empty dict and
 `tracing_observer` returns None; opentelemetry is looked up once, at import. With
-the API but no SDK configured, the API's no-op tracer makes the spans cost little
-(docs/tracing.md has the measurements). The tracer follows the global tracer
-provider, so a provider set after taskrunner is imported is still used.
+the API but no SDK configured, no span is started and only a context already
+current is passed on (what the API's no-op spans would do, for a fraction of their
+cost: docs/tracing.md has the measurements). Spans come from the global tracer
+provider; while none is set it is looked for again at most once a second, so one set
+after taskrunner was imported is used from then on.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ SYSTEM_NAME: Final = "taskrunner"
 _MAX_TRACEPARENT_CHARS = 512
 _MAX_HEADER_CHARS = 8192
 
+# Task names and ids come from the message body: a hostile one can be as long as the
+# message. Attributes are kept to this many characters.
+_MAX_ATTRIBUTE_CHARS = 1000
+
 # Failed attempts. CANCELLED is not among them: a shutdown gave the message back for
 # redelivery, nothing went wrong with it (its span says so in taskrunner.outcome).
 _FAILED: Final = frozenset(
@@ -107,8 +113,8 @@ def dispatching(queue: str, task: str, count: int) -> AbstractContextManager[dic
     """A producer span around one dispatch of `count` messages of `task`.
 
     Yields the trace-context headers to carry in each message (empty without
-    OpenTelemetry, or when there is nothing to propagate); the producer adds those
-    its caller did not set itself. The span ("send {queue}", kind PRODUCER) is
+    OpenTelemetry, or without an SDK and a current context to pass on); the producer
+    adds those its caller did not set itself. The span ("send {queue}", kind PRODUCER) is
     current inside the block, so a backend client's own instrumentation nests under
     it. An exception leaving the block is recorded on the span (status ERROR, an
     exception event, ``error.type``) and goes on unchanged.
@@ -319,9 +325,9 @@ if OTEL_AVAILABLE:
                 DELIVERY_COUNT: attempt.delivery_count,
             }
             if attempt.task is not None:
-                attributes[TASK_NAME] = attempt.task
+                attributes[TASK_NAME] = attempt.task[:_MAX_ATTRIBUTE_CHARS]
             if attempt.task_id is not None:
-                attributes[TASK_ID] = attempt.task_id
+                attributes[TASK_ID] = attempt.task_id[:_MAX_ATTRIBUTE_CHARS]
             span = tracer.start_span(
                 self._name,
                 context=parent,
