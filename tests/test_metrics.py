@@ -13,6 +13,7 @@ import pytest
 
 from taskrunner import App, BackendUnavailableError, Producer, QueueStats, Runner, RunnerConfig
 from taskrunner.metrics import start_metrics_server
+from taskrunner.stats import StatsRecorder
 from taskrunner.testing import FakeClock
 from taskrunner_backends.memory import InMemoryQueue
 
@@ -274,3 +275,16 @@ def test_the_grafana_dashboard_is_an_importable_dashboard() -> None:
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == "${DS_PROMETHEUS}"
             assert target["refId"]
+
+
+def test_dead_letters_of_unregistered_task_names_are_counted_under_one_name() -> None:
+    recorder = StatsRecorder(known_task={"known"}.__contains__)
+    for i in range(100):
+        recorder.dead_lettered(f"hostile-{i}")
+    recorder.dead_lettered(None)
+    recorder.dead_lettered("known")
+
+    tasks = recorder.snapshot(in_flight=0, workers=1, busy=0).tasks
+    assert set(tasks) == {"known", "<malformed>"}
+    assert tasks["<malformed>"].dead_lettered == 101
+    assert tasks["known"].dead_lettered == 1
