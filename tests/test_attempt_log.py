@@ -186,6 +186,15 @@ def test_a_huge_task_name_from_the_wire_is_cut_short() -> None:
     assert line["task"] == "x" * 200 + "..."
 
 
+def test_control_characters_in_a_task_name_are_escaped() -> None:
+    with _recorded(logging.INFO) as handler:
+        _log(_attempt(task="evil\n2026 INFO forged", outcome=Outcome.DEAD_LETTERED))
+
+    text = DeliveryFormatter().format(handler.records[0])
+    assert "\n" not in text
+    assert handler.json()[0]["task"] == "evil\\n2026 INFO forged"
+
+
 def test_a_url_password_in_an_error_is_masked_in_json() -> None:
     with _recorded(logging.INFO) as handler:
         _log(

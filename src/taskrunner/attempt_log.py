@@ -44,7 +44,7 @@ _MESSAGES = {
     Outcome.UNSETTLED: "attempt not settled with the backend; redelivered after its lease",
 }
 
-# A task name comes from the wire when the task is unknown: one line must stay a line.
+# A task name comes from the wire when the task is unknown: one line must stay short.
 _MAX_TASK_CHARS = 200
 
 _SUCCEEDED = Outcome.SUCCEEDED
@@ -74,8 +74,12 @@ class AttemptLogger:
         if not log.isEnabledFor(level):
             return
         task = attempt.task
-        if task is not None and len(task) > _MAX_TASK_CHARS:
-            task = task[:_MAX_TASK_CHARS] + "..."
+        if task is not None:
+            if len(task) > _MAX_TASK_CHARS:
+                task = task[:_MAX_TASK_CHARS] + "..."
+            if not task.isprintable():
+                # A newline in an unknown task's name must not forge a text-format line.
+                task = task.encode("unicode_escape").decode("ascii")
         error = attempt.description
         if error is not None:
             # The JSON format does not mask its extra fields, and an exception's
