@@ -112,7 +112,8 @@ class Runner:
         prefix = self.config.consumer_prefix or f"{app.queue}:{socket.gethostname()}"
         # pid + random suffix: a restarted process never inherits a dead one's leases.
         self._incarnation = f"{prefix}:{os.getpid()}-{secrets.token_hex(3)}"
-        self._stats = StatsRecorder()
+        # Only registered names become metric labels: a task name is data from the wire.
+        self._stats = StatsRecorder(known_task=app.tasks.__contains__)
         self._pool = WorkerPool(self.config.initial_workers)
         self._leases = LeaseTable()
         # After a backend failure, leases are heartbeated before new work is taken.
@@ -120,7 +121,7 @@ class Runner:
         results = results_of(queue)
         self._acker = Acker(queue, clock=self._clock, gate=self._gate, results=results)
         self._threads: ThreadPoolExecutor | None = None
-        self.histograms = Histograms(app.queue)
+        self.histograms = Histograms(app.queue, known_task=app.tasks.__contains__)
         observers: list[AttemptObserver] = [self.histograms, AttemptLogger()]
         tracer = tracing_observer(app.queue)
         if tracer is not None:
