@@ -19,10 +19,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings, strategies as st
 from opentelemetry import baggage, context as otel_context, trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
 from opentelemetry.trace import SpanKind, StatusCode
 
 from taskrunner import (
@@ -55,9 +57,9 @@ class Order(msgspec.Struct):
 class Traces:
     """The spans a test's provider finished, and a tracer for the test's own spans."""
 
-    def __init__(self) -> None:
+    def __init__(self, sampler: Sampler | None = None) -> None:
         self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
+        self.provider = TracerProvider(sampler=sampler)
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("tests")
 
@@ -367,6 +369,26 @@ async def test_the_producers_baggage_is_current_in_the_task(traces: Traces) -> N
     assert parent_of(traces.one("process tests")) == ids(traces.one("send tests"))
 
 
+async def test_an_unsampled_dispatch_leaves_its_attempts_unsampled(traces: Traces) -> None:
+    clock = FakeClock()
+    app, queue = make(clock)
+    seen: list[trace.SpanContext] = []
+
+    @app.task
+    async def work() -> None:
+        seen.append(trace.get_current_span().get_span_context())
+
+    unsampled = CUSTOM.removesuffix("-01") + "-00"
+    await Producer(queue, app, clock=clock).dispatch(work, headers={"traceparent": unsampled})
+    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+
+    # The SDK's default sampler follows the parent; the task still runs in its trace.
+    assert traces.named("process tests") == []
+    (context,) = seen
+    assert context.trace_id == CUSTOM_IDS[0]
+    assert not context.trace_flags.sampled
+
+
 async def test_a_message_without_trace_context_starts_a_new_trace(traces: Traces) -> None:
     clock = FakeClock()
     app, queue = make(clock)
@@ -572,6 +594,38 @@ def test_a_huge_task_name_from_the_body_is_cut_in_the_attributes(traces: Traces)
     attributes = traces.one("process q").attributes or {}
     assert attributes["taskrunner.task.name"] == "t" * 1000
     assert attributes["taskrunner.task.id"] == "i" * 1000
+
+
+HEADER_NAMES = st.sampled_from(["traceparent", "tracestate", "baggage", "b3", "x"])
+TRACEPARENTISH = st.from_regex(
+    r"\A[ \t]*[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?\Z", fullmatch=True
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    headers=st.dictionaries(HEADER_NAMES, st.one_of(st.text(), TRACEPARENTISH), max_size=5),
+    outcome=st.sampled_from(list(Outcome)),
+)
+def test_any_headers_give_one_ended_span_and_restore_the_context(
+    headers: dict[str, str], outcome: Outcome
+) -> None:
+    # Sampled whatever the parent says: an unsampled parent would leave nothing to see.
+    found = Traces(ALWAYS_ON)
+    cache = tracing._TracerCache()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tracing, "_tracer_provider", lambda: found.provider)
+        patch.setattr(tracing, "_TRACERS", cache)
+        before = otel_context.get_current()
+        tracer = observer()
+        current = attempt(headers=headers)
+        token = tracer.attempt_started(current)
+        current.outcome = outcome
+        tracer.attempt_finished(current, token)
+        assert otel_context.get_current() == before
+    (span,) = found.spans()
+    assert span.end_time is not None
+    assert (span.attributes or {})["taskrunner.outcome"] == outcome.value
 
 
 def test_finish_without_a_start_token_does_nothing(traces: Traces) -> None:
