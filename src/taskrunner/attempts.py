@@ -22,11 +22,19 @@ it costs a traceback per delivery.
 from __future__ import annotations
 
 import enum
+import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
-__all__ = ["Attempt", "AttemptObserver", "Outcome"]
+__all__ = ["Attempt", "AttemptObserver", "BuiltinObserver", "Outcome", "combine"]
+
+_log = logging.getLogger("taskrunner.executor")
+
+# The headers of an attempt whose envelope is unknown: shared, so it must be read-only.
+_NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 
 
 class Outcome(enum.StrEnum):
@@ -48,7 +56,7 @@ class Outcome(enum.StrEnum):
     """The ack, release or dead-letter call failed; the message comes back after its lease."""
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(kw_only=True)
 class Attempt:
     """One delivery being carried to its outcome.
 
@@ -93,18 +101,41 @@ class Attempt:
     error: BaseException | None = None
     description: str | None = None
 
+    @classmethod
+    def begin(
+        cls, queue: str, message_id: str, delivery_count: int, consumer: str, started_at: float
+    ) -> Attempt:
+        """A new attempt with the first fields set and the rest at their defaults.
+
+        The executor's constructor: it runs for every message, and setting five
+        fields (the defaults are class attributes, not slots) costs half of the
+        generated ``__init__``.
+        """
+        attempt = object.__new__(cls)
+        attempt.queue = queue
+        attempt.message_id = message_id
+        attempt.delivery_count = delivery_count
+        attempt.consumer = consumer
+        attempt.started_at = started_at
+        attempt.headers = _NO_HEADERS
+        return attempt
+
     @property
     def latency_seconds(self) -> float | None:
         """Queue latency: from dispatch (or from becoming due) to `started_at`.
 
         Only meaningful on the first delivery (later ones include retry backoff);
-        None when the envelope's times are unknown. Never negative (clock skew
-        between producer and worker hosts is clamped to 0).
+        None when the envelope's times are unknown or not finite (data from the
+        wire). Never negative (clock skew between producer and worker hosts is
+        clamped to 0).
         """
         since = self.due_at if self.due_at is not None else self.enqueued_at
         if since is None:
             return None
-        return max(0.0, self.started_at - since)
+        latency = self.started_at - since
+        if not math.isfinite(latency):
+            return None
+        return max(0.0, latency)
 
 
 class AttemptObserver(Protocol):
@@ -117,3 +148,72 @@ class AttemptObserver(Protocol):
     def attempt_finished(self, attempt: Attempt, token: object) -> None:
         """Called once the outcome is settled; `token` is what `attempt_started` returned."""
         ...
+
+
+class _Observers:
+    """Several observers told in order, each one's exception logged and skipped."""
+
+    __slots__ = ("_observers",)
+
+    def __init__(self, observers: tuple[AttemptObserver, ...]) -> None:
+        self._observers = observers
+
+    def attempt_started(self, attempt: Attempt) -> object:
+        tokens: list[object] = []
+        for observer in self._observers:
+            try:
+                tokens.append(observer.attempt_started(attempt))
+            except Exception:  # an observer's bug must never affect the delivery
+                _log.exception("attempt observer %r raised", observer)
+                tokens.append(None)
+        return tokens
+
+    def attempt_finished(self, attempt: Attempt, token: object) -> None:
+        assert isinstance(token, list)
+        for observer, own in zip(self._observers, token, strict=False):
+            try:
+                observer.attempt_finished(attempt, own)
+            except Exception:
+                _log.exception("attempt observer %r raised", observer)
+
+
+class BuiltinObserver:
+    """The runner's own observers fused into one, so each costs one call, not a loop step.
+
+    Every message pays for this, so it calls them directly: `attempt_started` only
+    reaches the tracer (metrics and the log line have nothing to do then),
+    `attempt_finished` reaches the tracer last, so the others still see its span
+    current.
+    """
+
+    __slots__ = ("_log", "_metrics", "_tracer")
+
+    def __init__(
+        self, metrics: AttemptObserver, log: AttemptObserver, tracer: AttemptObserver | None
+    ) -> None:
+        self._metrics = metrics
+        self._log = log
+        self._tracer = tracer
+
+    def attempt_started(self, attempt: Attempt) -> object:
+        """Tell the tracer; its token is this observer's."""
+        tracer = self._tracer
+        return None if tracer is None else tracer.attempt_started(attempt)
+
+    def attempt_finished(self, attempt: Attempt, token: object) -> None:
+        """Tell metrics, then the log line, then the tracer (even if one of them raised)."""
+        try:
+            self._metrics.attempt_finished(attempt, None)
+            self._log.attempt_finished(attempt, None)
+        finally:
+            if self._tracer is not None:
+                self._tracer.attempt_finished(attempt, token)
+
+
+def combine(observers: tuple[AttemptObserver, ...]) -> AttemptObserver | None:
+    """One observer telling all of `observers` in order (None for none, itself for one)."""
+    if not observers:
+        return None
+    if len(observers) == 1:
+        return observers[0]
+    return _Observers(observers)

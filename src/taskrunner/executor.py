@@ -33,8 +33,9 @@ import asyncio
 import contextvars
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,6 +75,15 @@ _TOO_MANY_DELIVERIES = "TooManyDeliveries"
 _RESULT_ENCODER = msgspec.json.Encoder()
 
 
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """Why a delivery is a terminal failure before its task runs."""
+
+    reason: str
+    error: BaseException | None = None
+    error_type: str | None = None
+
+
 class Executor:
     """Carries one delivery from lease to a final outcome.
 
@@ -85,7 +95,8 @@ class Executor:
         acker: Sends acks in batches.
         stats: Where outcomes are counted.
         threads: Returns the thread pool for plain ``def`` tasks (created lazily).
-        observers: Told about every delivery (see `taskrunner.attempts`).
+        observer: Told about every delivery (see `taskrunner.attempts`; several are
+            combined into one with `taskrunner.attempts.combine`).
         results: Where task results are written; None when the backend has no store.
     """
 
@@ -99,7 +110,7 @@ class Executor:
         acker: Acker,
         stats: StatsRecorder,
         threads: Callable[[], ThreadPoolExecutor],
-        observers: Sequence[AttemptObserver] = (),
+        observer: AttemptObserver | None = None,
         results: ResultStore | None = None,
     ) -> None:
         self._queue = queue
@@ -109,7 +120,7 @@ class Executor:
         self._acker = acker
         self._stats = stats
         self._threads = threads
-        self._observers = tuple(observers)
+        self._observer = observer
         self._results = results
         self._warned_no_store: set[str] = set()
 
@@ -119,35 +130,85 @@ class Executor:
         Every observer hears of the delivery before the task runs and again once its
         outcome is settled, cancellation included.
         """
+        # One coroutine for the whole delivery (no nested body coroutine): this path
+        # runs for every message, and each extra frame costs on every resumption.
         delivery = lease.delivery
-        attempt = Attempt(
-            queue=self._app.queue,
-            message_id=delivery.message_id,
-            delivery_count=delivery.delivery_count,
-            consumer=delivery.receipt.consumer,
-            started_at=self._clock.time(),
+        attempt = Attempt.begin(
+            self._app.queue,
+            delivery.message_id,
+            delivery.delivery_count,
+            delivery.receipt.consumer,
+            self._clock.time(),
         )
-        observers = self._observers
-        if not observers:
-            await self._execute(lease, attempt)
-            return
-        envelope = self._peek_envelope(delivery)
+        envelope, task, payload, attempts, refusal = self._prepare(delivery)
         if envelope is not None:
             attempt.task = envelope.task
             attempt.task_id = envelope.id
             attempt.enqueued_at = envelope.enqueued_at
             attempt.due_at = envelope.due_at
             attempt.headers = envelope.headers
-        # Inlined, not through a helper: this runs for every message.
-        tokens: list[object] = []
-        for observer in observers:
+        observer = self._observer
+        token: object = None
+        if observer is not None:
             try:
-                tokens.append(observer.attempt_started(attempt))
+                token = observer.attempt_started(attempt)
             except Exception:  # an observer's bug must never affect the delivery
                 _log.exception("attempt observer %r raised", observer)
-                tokens.append(None)
         try:
-            await self._execute(lease, attempt, envelope)
+            if refusal is not None:
+                attempt.outcome = await self._give_up(
+                    lease,
+                    refusal.reason,
+                    attempt=attempt,
+                    envelope=envelope,
+                    task=task,
+                    error=refusal.error,
+                    error_type=refusal.error_type,
+                )
+                return
+            assert envelope is not None
+            assert task is not None
+            max_retries = self._config.max_retries if task.max_retries is None else task.max_retries
+            attempts = max_retries + 1
+            context = TaskContext(
+                task_name=task.name,
+                task_id=envelope.id,
+                message_id=delivery.message_id,
+                delivery_count=delivery.delivery_count,
+                max_attempts=attempts,
+                consumer=delivery.receipt.consumer,
+                headers=dict(envelope.headers),
+                scheduled_for=_instant(envelope.scheduled_for),
+            )
+            started = self._clock.monotonic()
+            attempt.ran = True
+            error: BaseException | None = None
+            result: ResultWrite | None = None
+            try:
+                value = await self._run(lease, task, payload, context)
+                if task.store_result:
+                    result = self._success_result(task, envelope, delivery, value)
+            except asyncio.CancelledError as exc:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    attempt.seconds = self._clock.monotonic() - started
+                    await self._release_after_cancel(lease, task.name)
+                    raise
+                # Nobody cancelled this worker: the task's own code raised CancelledError.
+                error = exc
+            except Exception as exc:
+                error = exc
+            seconds = attempt.seconds = self._clock.monotonic() - started
+            if error is not None:
+                attempt.error = error
+                attempt.description = _describe(error)
+                self._stats.attempt_finished(task.name, seconds, ok=False)
+                attempt.outcome = await self._failed(
+                    lease, envelope, task, error, attempts, attempt
+                )
+            else:
+                self._stats.attempt_finished(task.name, seconds, ok=True)
+                attempt.outcome = await self._complete(lease, task.name, result)
         except asyncio.CancelledError:
             attempt.outcome = Outcome.CANCELLED
             raise
@@ -156,108 +217,62 @@ class Executor:
             attempt.outcome = Outcome.UNSETTLED
             raise
         finally:
-            for observer, token in zip(observers, tokens, strict=False):
+            if observer is not None:
                 try:
                     observer.attempt_finished(attempt, token)
                 except Exception:
                     _log.exception("attempt observer %r raised", observer)
 
-    def _peek_envelope(self, delivery: Delivery) -> Envelope | None:
-        """The envelope, for observers, when the body is one that will be decoded."""
-        if len(delivery.body) > self._app.max_message_bytes:
-            return None
-        if self._over_runner_wide_cap(delivery.delivery_count) is not None:
-            return None
-        try:
-            return decode_envelope(delivery.body)
-        except MessageError:
-            return None
+    def _prepare(
+        self, delivery: Delivery
+    ) -> tuple[Envelope | None, Task[Any] | None, Any, int, _Refusal | None]:
+        """Decode and check a delivery: envelope, task, payload, attempts allowed, or a refusal.
 
-    async def _execute(
-        self, lease: Lease, attempt: Attempt, envelope: Envelope | None = None
-    ) -> None:
-        delivery = lease.delivery
-        if len(delivery.body) > self._app.max_message_bytes:
-            attempt.outcome = await self._give_up(
-                lease,
-                f"message of {len(delivery.body)} bytes exceeds max_message_bytes="
-                f"{self._app.max_message_bytes}",
-                attempt=attempt,
-            )
-            return
+        The checks, in order, as the module docstring lists them (1-4).
+        """
+        limit = self._app.max_message_bytes
+        if len(delivery.body) > limit:
+            reason = f"message of {len(delivery.body)} bytes exceeds max_message_bytes={limit}"
+            return None, None, None, 0, _Refusal(reason)
         most_attempts = self._over_runner_wide_cap(delivery.delivery_count)
         if most_attempts is not None:
-            attempt.outcome = await self._give_up(
-                lease,
-                f"delivered {delivery.delivery_count} times, more than any task of this app "
-                f"allows ({most_attempts} attempt(s): the largest max_retries + 1); earlier "
-                "deliveries did not finish, so it is not decoded again: a worker probably "
-                "crashed or lost its lease while reading or running it",
-                attempt=attempt,
+            return (
+                None,
+                None,
+                None,
+                0,
+                _Refusal(
+                    f"delivered {delivery.delivery_count} times, more than any task of this "
+                    f"app allows ({most_attempts} attempt(s): the largest max_retries + 1); "
+                    "earlier deliveries did not finish, so it is not decoded again: a worker "
+                    "probably crashed or lost its lease while reading or running it"
+                ),
             )
-            return
+        envelope: Envelope | None = None
         task: Task[Any] | None = None
         try:
-            if envelope is None:
-                envelope = decode_envelope(delivery.body)
+            envelope = decode_envelope(delivery.body)
             task = self._app.get_task(envelope.task)
             payload = task.codec.decode(envelope.payload)
         except MessageError as exc:
-            attempt.outcome = await self._give_up(
-                lease, str(exc), attempt=attempt, envelope=envelope, task=task, error=exc
-            )
-            return
+            return envelope, task, None, 0, _Refusal(str(exc), error=exc)
         max_retries = self._config.max_retries if task.max_retries is None else task.max_retries
         attempts = max_retries + 1
         if delivery.delivery_count > attempts:
-            attempt.outcome = await self._give_up(
-                lease,
-                f"delivered {delivery.delivery_count} times but task {task.name!r} allows "
-                f"{attempts} attempt(s) (max_retries={max_retries}); earlier deliveries did "
-                "not finish, so a worker probably crashed or lost its lease while running it",
-                attempt=attempt,
-                envelope=envelope,
-                task=task,
-                error_type=_TOO_MANY_DELIVERIES,
+            return (
+                envelope,
+                task,
+                None,
+                attempts,
+                _Refusal(
+                    f"delivered {delivery.delivery_count} times but task {task.name!r} allows "
+                    f"{attempts} attempt(s) (max_retries={max_retries}); earlier deliveries "
+                    "did not finish, so a worker probably crashed or lost its lease while "
+                    "running it",
+                    error_type=_TOO_MANY_DELIVERIES,
+                ),
             )
-            return
-        context = TaskContext(
-            task_name=task.name,
-            task_id=envelope.id,
-            message_id=delivery.message_id,
-            delivery_count=delivery.delivery_count,
-            max_attempts=attempts,
-            consumer=delivery.receipt.consumer,
-            headers=dict(envelope.headers),
-            scheduled_for=_instant(envelope.scheduled_for),
-        )
-        started = self._clock.monotonic()
-        attempt.ran = True
-        error: BaseException | None = None
-        result: ResultWrite | None = None
-        try:
-            value = await self._run(lease, task, payload, context)
-            if task.store_result:
-                result = self._success_result(task, envelope, delivery, value)
-        except asyncio.CancelledError as exc:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                attempt.seconds = self._clock.monotonic() - started
-                await self._release_after_cancel(lease, task.name)
-                raise
-            # Nobody cancelled this worker: the task's own code raised CancelledError.
-            error = exc
-        except Exception as exc:
-            error = exc
-        seconds = attempt.seconds = self._clock.monotonic() - started
-        if error is not None:
-            attempt.error = error
-            attempt.description = _describe(error)
-            self._stats.attempt_finished(task.name, seconds, ok=False)
-            attempt.outcome = await self._failed(lease, envelope, task, error, attempts, attempt)
-        else:
-            self._stats.attempt_finished(task.name, seconds, ok=True)
-            attempt.outcome = await self._complete(lease, task.name, result)
+        return envelope, task, payload, attempts, None
 
     def _over_runner_wide_cap(self, delivery_count: int) -> int | None:
         """The runner-wide cap on attempts when `delivery_count` exceeds it, else None."""
@@ -397,11 +412,13 @@ class Executor:
             )
             return Outcome.LOST
 
-        async def ack(delivery: Delivery) -> Verdict:
+        async def ack_with_result(delivery: Delivery) -> Verdict:
             return await self._acker.ack(delivery, result)
 
         try:
-            verdict = await self._settle(lease, ack)
+            verdict = await self._settle(
+                lease, self._acker.ack if result is None else ack_with_result
+            )
         except Exception as exc:
             # Closed queue, or a bug in the backend: the message comes back after its lease.
             log_delivery(

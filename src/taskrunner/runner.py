@@ -38,7 +38,7 @@ from typing import Any
 from taskrunner.acker import Acker
 from taskrunner.app import App
 from taskrunner.attempt_log import AttemptLogger
-from taskrunner.attempts import AttemptObserver
+from taskrunner.attempts import BuiltinObserver, combine
 from taskrunner.clock import Clock, SystemClock, wait_event
 from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
@@ -122,11 +122,9 @@ class Runner:
         self._acker = Acker(queue, clock=self._clock, gate=self._gate, results=results)
         self._threads: ThreadPoolExecutor | None = None
         self.histograms = Histograms(app.queue, known_task=app.tasks.__contains__)
-        observers: list[AttemptObserver] = [self.histograms, AttemptLogger()]
-        tracer = tracing_observer(app.queue)
-        if tracer is not None:
-            observers.append(tracer)
-        observers.extend(self.config.observers)
+        # The tracer wraps the others: its span is current while they are told.
+        builtin = BuiltinObserver(self.histograms, AttemptLogger(), tracing_observer(app.queue))
+        observer = combine((builtin, *self.config.observers))
         self._executor = Executor(
             queue,
             app,
@@ -135,7 +133,7 @@ class Runner:
             acker=self._acker,
             stats=self._stats,
             threads=self._thread_pool,
-            observers=observers,
+            observer=observer,
             results=results,
         )
         self._stop_requested = asyncio.Event()
