@@ -10,11 +10,13 @@ Example::
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
-__all__ = ["TaskContext", "current_task"]
+__all__ = ["PendingContext", "TaskContext", "current_context", "current_task", "utc_instant"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,7 +51,77 @@ class TaskContext:
         return self.delivery_count >= self.max_attempts
 
 
-_CURRENT: ContextVar[TaskContext] = ContextVar("taskrunner_current_task")
+class PendingContext:
+    """What the executor knows of the running delivery; the `TaskContext` is built on demand.
+
+    Internal. Building a frozen dataclass of eight fields costs about a microsecond,
+    which every message paid although most tasks never call `current_task`; this
+    keeps the parts and builds (and caches) the context on first use.
+    """
+
+    __slots__ = ("_built", "_parts")
+
+    def __init__(
+        self,
+        task_name: str,
+        task_id: str,
+        message_id: str,
+        delivery_count: int,
+        max_attempts: int,
+        consumer: str,
+        headers: Mapping[str, str],
+        scheduled_for: float | None,
+    ) -> None:
+        self._parts = (
+            task_name,
+            task_id,
+            message_id,
+            delivery_count,
+            max_attempts,
+            consumer,
+            headers,
+            scheduled_for,
+        )
+        self._built: TaskContext | None = None
+
+    def get(self) -> TaskContext:
+        """The context, built the first time it is asked for."""
+        built = self._built
+        if built is None:
+            name, task_id, message_id, count, most, consumer, headers, when = self._parts
+            built = self._built = TaskContext(
+                task_name=name,
+                task_id=task_id,
+                message_id=message_id,
+                delivery_count=count,
+                max_attempts=most,
+                consumer=consumer,
+                headers=dict(headers),
+                scheduled_for=utc_instant(when),
+            )
+        return built
+
+
+def utc_instant(seconds: float | None) -> datetime | None:
+    """Unix seconds as an aware UTC datetime; None for None and for values out of range.
+
+    The values come from the wire: one that ``fromtimestamp`` refuses (NaN, huge) must
+    not turn into a failed task or a failed status call.
+    """
+    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds < 253_402_300_800:
+        return None
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+_CURRENT: ContextVar[TaskContext | PendingContext] = ContextVar("taskrunner_current_task")
+
+
+def current_context() -> TaskContext | None:
+    """The running task's context, or None outside a task (for log filters)."""
+    value = _CURRENT.get(None)
+    if value is None or isinstance(value, TaskContext):
+        return value
+    return value.get()
 
 
 def current_task() -> TaskContext:
@@ -58,7 +130,7 @@ def current_task() -> TaskContext:
     Raises:
         RuntimeError: Called outside a task run by a taskrunner worker.
     """
-    try:
-        return _CURRENT.get()
-    except LookupError:
-        raise RuntimeError("current_task() called outside a running task") from None
+    context = current_context()
+    if context is None:
+        raise RuntimeError("current_task() called outside a running task")
+    return context

@@ -32,11 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -48,7 +46,7 @@ from taskrunner.callbacks import call_callback
 from taskrunner.clock import Clock, wait_future
 from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
-from taskrunner.context import _CURRENT, TaskContext
+from taskrunner.context import _CURRENT, PendingContext
 from taskrunner.errors import (
     MessageError,
     PayloadTooLargeError,
@@ -170,15 +168,15 @@ class Executor:
             assert task is not None
             max_retries = self._config.max_retries if task.max_retries is None else task.max_retries
             attempts = max_retries + 1
-            context = TaskContext(
-                task_name=task.name,
-                task_id=envelope.id,
-                message_id=delivery.message_id,
-                delivery_count=delivery.delivery_count,
-                max_attempts=attempts,
-                consumer=delivery.receipt.consumer,
-                headers=dict(envelope.headers),
-                scheduled_for=_instant(envelope.scheduled_for),
+            context = PendingContext(
+                task.name,
+                envelope.id,
+                delivery.message_id,
+                delivery.delivery_count,
+                attempts,
+                delivery.receipt.consumer,
+                envelope.headers,
+                envelope.scheduled_for,
             )
             started = self._clock.monotonic()
             attempt.ran = True
@@ -285,7 +283,9 @@ class Executor:
                 most = task.max_retries
         return most + 1 if delivery_count > most + 1 else None
 
-    async def _run(self, lease: Lease, task: Task[Any], payload: Any, context: TaskContext) -> Any:
+    async def _run(
+        self, lease: Lease, task: Task[Any], payload: Any, context: PendingContext
+    ) -> Any:
         """Run the task's code once; returns what it returned."""
         args = (payload,) if task.takes_payload else ()
         timeout = task.timeout_seconds or self._config.timeout_seconds
@@ -690,11 +690,3 @@ def _shorten(text: str) -> str:
 def _storable(text: str) -> str:
     """`text` with lone surrogates written as backslash escapes: text UTF-8 can encode."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _instant(seconds: float | None) -> datetime | None:
-    # A finite check: the envelope is data from the wire, and fromtimestamp raises on
-    # values out of range, which must not turn into a failed task.
-    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds < 253_402_300_800:
-        return None
-    return datetime.fromtimestamp(seconds, UTC)

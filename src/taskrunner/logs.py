@@ -30,7 +30,7 @@ from typing import Any, Literal, TextIO
 
 import msgspec
 
-from taskrunner.context import _CURRENT
+from taskrunner.context import current_context
 from taskrunner.queue import Delivery
 from taskrunner.redaction import mask_secrets
 
@@ -126,7 +126,7 @@ class TaskContextFilter(logging.Filter):
         """Fill in ``task``, ``message_id``, ``delivery_count``, ``consumer`` if unset."""
         if hasattr(record, "message_id"):
             return True
-        context = _CURRENT.get(None)
+        context = current_context()
         if context is not None:
             record.task = context.task_name
             record.message_id = context.message_id

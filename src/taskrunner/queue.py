@@ -762,7 +762,7 @@ class ResultStore(Protocol):
     * wait_result returns a result stored while it waits, well before its timeout.
     * wait_result returns None when no result is stored within its timeout, not before.
     * Deleted results, and those of a deleted queue, are gone.
-    * Invalid arguments raise ValueError or TypeError before anything changes.
+    * Invalid result arguments raise ValueError or TypeError before anything changes.
     """
 
     async def put_results(self, results: Sequence[ResultWrite]) -> None:

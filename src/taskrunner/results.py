@@ -15,16 +15,16 @@ read ``unknown``: the backend forgets an acked message at once.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from taskrunner.app import Task
 from taskrunner.codec import PayloadCodec, decode_envelope
+from taskrunner.context import utc_instant
 from taskrunner.errors import DecodeError, MessageError, TaskFailedError
 from taskrunner.messages import Envelope, ResultEnvelope
 from taskrunner.queue import MessageState
@@ -143,7 +143,7 @@ def status_of(message_id: str, state: MessageState | None, stored: bytes | None)
             task_id=result.task_id,
             delivery_count=result.delivery_count,
             last_error=_error_text(result) if failed else None,
-            finished_at=_instant(result.finished_at),
+            finished_at=utc_instant(result.finished_at),
         )
     return TaskStatus(message_id=message_id, state=TaskState.UNKNOWN)
 
@@ -158,7 +158,7 @@ def _from_backend(
     finished_at = None
     if state.state == "dead":
         error = state.dead_reason
-        finished_at = _instant(state.dead_at)
+        finished_at = utc_instant(state.dead_at)
     elif result is not None and result.outcome == "failed":
         error = _error_text(result)
     enqueued = envelope.enqueued_at if envelope is not None else state.added_at
@@ -169,8 +169,8 @@ def _from_backend(
         task_id=envelope.id if envelope is not None else (result.task_id if result else None),
         delivery_count=state.delivery_count,
         last_error=error,
-        enqueued_at=_instant(enqueued),
-        due_at=_instant(state.due_at) if state.state == "delayed" else None,
+        enqueued_at=utc_instant(enqueued),
+        due_at=utc_instant(state.due_at) if state.state == "delayed" else None,
         consumer=state.consumer if state.state == "running" else None,
         idle_seconds=state.idle_seconds if state.state == "running" else None,
         finished_at=finished_at,
@@ -210,10 +210,3 @@ def _result(body: bytes | None) -> ResultEnvelope | None:
 def _error_text(result: ResultEnvelope) -> str:
     kind = result.error_type or "Failed"
     return f"{kind}: {result.error_message}" if result.error_message else kind
-
-
-def _instant(seconds: float | None) -> datetime | None:
-    # Data from the wire: a value fromtimestamp refuses must not fail the status call.
-    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds < 253_402_300_800:
-        return None
-    return datetime.fromtimestamp(seconds, UTC)
