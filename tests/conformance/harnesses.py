@@ -83,6 +83,10 @@ class MemoryHarness:
             + len(store.delayed)
             + len(store.in_flight)
             + len(store.dead)
+            + len(store.dead_by_original)
+            + len(store.results)
+            + len(store.result_expiries)
+            + sum(len(waiters) for waiters in store.result_waiters.values())
         )
 
 
