@@ -423,22 +423,15 @@ class _TaskDecorator:
 def _unique_seconds(name: str, value: float | timedelta | None) -> float | None:
     if value is None:
         return None
-    seconds: Any = value.total_seconds() if isinstance(value, timedelta) else value
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int | float)
-        or not math.isfinite(seconds)
-        or not seconds > 0
-    ):
-        raise ConfigurationError(
-            f"task {name!r}: unique_for={value!r} must be a positive number of seconds "
-            "or a timedelta",
-            setting="unique_for",
-        )
-    return float(seconds)
+    return _positive_seconds(f"task {name!r}: unique_for", value, setting="unique_for")
 
 
 def _result_ttl(what: str, value: float | timedelta) -> float:
+    return _positive_seconds(what, value, setting="result_ttl")
+
+
+def _positive_seconds(what: str, value: float | timedelta, *, setting: str) -> float:
+    """`value` as float seconds > 0, or a ConfigurationError naming `what`."""
     seconds: Any = value.total_seconds() if isinstance(value, timedelta) else value
     if (
         isinstance(seconds, bool)
@@ -448,7 +441,7 @@ def _result_ttl(what: str, value: float | timedelta) -> float:
     ):
         raise ConfigurationError(
             f"{what}={value!r} must be a positive number of seconds or a timedelta",
-            setting="result_ttl",
+            setting=setting,
         )
     return float(seconds)
 
