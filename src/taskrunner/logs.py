@@ -107,8 +107,12 @@ def _text_value(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     text = str(value)
-    # Quoted when it would not read back as one key=value word.
-    return text if text and not any(c in text for c in ' ="') else _json_text(text)
+    # Quoted when it would not read back as one key=value word, and when it holds a
+    # line break or another control character: a task name comes from the wire, and
+    # must not be able to forge a log line.
+    if text and text.isprintable() and not any(c in text for c in ' ="'):
+        return text
+    return _json_text(text)
 
 
 def _json_text(text: str) -> str:
@@ -156,7 +160,7 @@ class DeliveryFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         """The base format followed by the record's delivery fields."""
         text = super().formatMessage(record)
-        words = [f"{name}={value}" for name, value in _delivery_fields(record).items()]
+        words = [f"{name}={_text_value(value)}" for name, value in _delivery_fields(record).items()]
         words += [
             f"{name}={_text_value(value)}"
             for name, value in _extra_fields(record).items()

@@ -137,3 +137,18 @@ def test_configure_logging_twice_keeps_one_handler(logger: logging.Logger) -> No
 def test_mask_url_hides_passwords_and_never_raises(url: str, masked: str) -> None:
     assert mask_url(url) == masked
     assert "pw" not in mask_secrets(f"failed: {url}")
+
+
+def test_a_task_name_with_a_line_break_cannot_forge_a_text_log_line() -> None:
+    from taskrunner.logs import DeliveryFormatter
+
+    record = logging.LogRecord("taskrunner.executor", logging.ERROR, __file__, 1, "dead", (), None)
+    record.task = "evil\n2026-01-01 00:00:00,000 INFO forged: all good"
+    record.message_id = "1-0"
+    record.delivery_count = 1
+    record.consumer = "c"
+
+    line = DeliveryFormatter().format(record)
+
+    assert "\n" not in line
+    assert 'task="evil\\n2026-01-01 00:00:00,000 INFO forged: all good"' in line
