@@ -201,8 +201,12 @@ class JsonFormatter(logging.Formatter):
         document.update(_delivery_fields(record))
         for name, value in _extra_fields(record).items():
             if name not in document:
-                ok = value is None or isinstance(value, bool | int | float | str)
-                document[name] = value if ok else str(value)
+                if value is not None and not isinstance(value, bool | int | float | str):
+                    value = str(value)
+                if isinstance(value, str):
+                    # A field may quote an error message, and that a connection URL.
+                    value = mask_secrets(value, self._secrets)
+                document[name] = value
         if record.exc_info:
             exception = self.formatException(record.exc_info)
             document["exception"] = mask_secrets(exception, self._secrets)

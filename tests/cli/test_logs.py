@@ -152,3 +152,28 @@ def test_a_task_name_with_a_line_break_cannot_forge_a_text_log_line() -> None:
 
     assert "\n" not in line
     assert 'task="evil\\n2026-01-01 00:00:00,000 INFO forged: all good"' in line
+
+
+def test_json_fields_have_url_passwords_and_given_secrets_masked() -> None:
+    from taskrunner.logs import JsonFormatter, log_fields
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter(secrets=["hunter2"]))
+    logger = logging.getLogger("tests.json-fields")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        log_fields(
+            logger,
+            logging.INFO,
+            "attempt failed",
+            {"error": "cannot reach redis://app:s3cret@db:6379/0 (token hunter2)", "n": 3},
+        )
+    finally:
+        logger.removeHandler(handler)
+
+    document = json.loads(stream.getvalue())
+    assert "s3cret" not in document["error"]
+    assert "hunter2" not in document["error"]
+    assert document["n"] == 3
