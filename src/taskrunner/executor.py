@@ -164,10 +164,9 @@ class Executor:
                     error_type=refusal.error_type,
                 )
                 return
+            # Narrowing for the type checker: without a refusal, both were read.
             assert envelope is not None
             assert task is not None
-            max_retries = self._config.max_retries if task.max_retries is None else task.max_retries
-            attempts = max_retries + 1
             context = PendingContext(
                 task.name,
                 envelope.id,
