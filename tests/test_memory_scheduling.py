@@ -462,3 +462,14 @@ async def test_max_messages_counts_only_live_messages() -> None:
     await queue.cancel(ids[:2])
     got = await queue.receive("c", max_messages=2, wait_seconds=0, lease_seconds=LEASE)
     assert [d.body for d in got] == [b"c", b"d"]
+
+
+async def test_cancel_takes_a_one_shot_iterable_of_ids() -> None:
+    queue = InMemoryQueue(clock=FakeClock())
+    ids = await queue.add([b"a", b"b", b"c"])
+
+    # A generator is consumed by the type check; the ids must still be cancelled.
+    flags = await queue.cancel(message_id for message_id in ids[:2])  # type: ignore[arg-type]
+
+    assert flags == [True, True]
+    assert await queue.len() == 1

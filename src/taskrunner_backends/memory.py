@@ -586,6 +586,8 @@ class InMemoryQueue:
         """Remove ready or delayed messages; in-flight and unknown ones are left alone."""
         if isinstance(message_ids, str):
             raise TypeError("message_ids must be a sequence of ids, not a single string")
+        # Iterated twice (check, then cancel): a one-shot iterable must not cancel nothing.
+        message_ids = list(message_ids)
         for message_id in message_ids:
             if not isinstance(message_id, str):
                 raise TypeError(f"a message id must be a str, not {type(message_id).__name__}")
