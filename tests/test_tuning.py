@@ -264,6 +264,42 @@ def test_batch_size_follows_free_capacity_as_the_pool_grows_and_shrinks() -> Non
     assert fetcher.batch_size == 30  # inside 35 ± 10: leave it
 
 
+@pytest.mark.parametrize("busy", [190, 195, 199, 200])
+def test_batch_size_never_drops_below_the_configured_size_when_few_workers_are_free(
+    busy: int,
+) -> None:
+    clock = FakeClock()
+    pool = WorkerPool(200)
+    fetcher = Fetcher(
+        None,  # type: ignore[arg-type]
+        pool,
+        consumer="c",
+        hand_over=lambda deliveries, reserved: None,
+        batch_size=10,
+        wait_seconds=1,
+        lease_seconds=30,
+        clock=clock,
+        stopping=asyncio.Event(),
+        cooldown_seconds=0,
+    )
+    fetcher.follow_free_capacity()
+    assert fetcher.batch_size == 200  # a grown pool, all free: follow it up
+
+    assert pool.try_reserve(busy) == busy  # a burst takes all but 200 - busy workers
+    fetcher.follow_free_capacity()
+    assert fetcher.batch_size == 200  # at most 10 free: the batch is left alone
+
+    pool.unreserve(busy)
+    pool.resize(15)
+    assert pool.try_reserve(4) == 4  # 11 free, one more than the configured size
+    fetcher.follow_free_capacity()
+    assert fetcher.batch_size == 11  # 200 is outside 11 ± 10: down to free, not below 10
+    pool.unreserve(4)
+    pool.resize(12)
+    fetcher.follow_free_capacity()
+    assert fetcher.batch_size == 11  # 12 free: 11 is inside 12 ± 10
+
+
 async def test_runner_grows_under_load_and_shrinks_when_the_queue_drains() -> None:
     clock = FakeClock()
     app, queue = make(clock)

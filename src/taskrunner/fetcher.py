@@ -137,12 +137,16 @@ class Fetcher:
         configured batch size becomes the free capacity, at most once per cooldown. A
         pool that grew to 200 free workers is fed in batches of about 200, and one that
         shrank is not over-asked (the reservation caps every receive at the free
-        capacity anyway).
+        capacity anyway). As in the seed, no more free workers than the configured
+        batch size leave the batch as it is: following free capacity down to it would
+        leave the batch at 1 after a burst (one message per receive) until more than
+        the configured size were free again. So the batch never drops below the
+        configured size.
         """
         assert self._cooldown is not None
         free = self._pool.free()
         base = self._base_batch
-        if free - base <= self.batch_size <= free + base:
+        if free <= base or free - base <= self.batch_size <= free + base:
             return
         now = self._clock.monotonic()
         if (
@@ -151,5 +155,5 @@ class Fetcher:
             and now - self._batch_changed_at < self._cooldown
         ):
             return
-        self.batch_size = max(1, free)
+        self.batch_size = free
         self._batch_changed_at = now
