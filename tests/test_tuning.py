@@ -227,10 +227,9 @@ def test_cooldown_limits_changes_and_zero_means_none() -> None:
         assert changes == expected_changes, cooldown
 
 
-def test_batch_size_follows_free_capacity_as_the_pool_grows_and_shrinks() -> None:
-    clock = FakeClock()
-    pool = WorkerPool(10)
-    fetcher = Fetcher(
+def _batch_follower(pool: WorkerPool, clock: FakeClock, *, cooldown_seconds: float) -> Fetcher:
+    """A fetcher with a configured batch of 10, for its batch rule alone (no queue)."""
+    return Fetcher(
         None,  # type: ignore[arg-type]
         pool,
         consumer="c",
@@ -240,8 +239,14 @@ def test_batch_size_follows_free_capacity_as_the_pool_grows_and_shrinks() -> Non
         lease_seconds=30,
         clock=clock,
         stopping=asyncio.Event(),
-        cooldown_seconds=3,
+        cooldown_seconds=cooldown_seconds,
     )
+
+
+def test_batch_size_follows_free_capacity_as_the_pool_grows_and_shrinks() -> None:
+    clock = FakeClock()
+    pool = WorkerPool(10)
+    fetcher = _batch_follower(pool, clock, cooldown_seconds=3)
 
     fetcher.follow_free_capacity()
     assert fetcher.batch_size == 10  # free 10 is within 10 ± 10
@@ -270,18 +275,7 @@ def test_batch_size_never_drops_below_the_configured_size_when_few_workers_are_f
 ) -> None:
     clock = FakeClock()
     pool = WorkerPool(200)
-    fetcher = Fetcher(
-        None,  # type: ignore[arg-type]
-        pool,
-        consumer="c",
-        hand_over=lambda deliveries, reserved: None,
-        batch_size=10,
-        wait_seconds=1,
-        lease_seconds=30,
-        clock=clock,
-        stopping=asyncio.Event(),
-        cooldown_seconds=0,
-    )
+    fetcher = _batch_follower(pool, clock, cooldown_seconds=0)
     fetcher.follow_free_capacity()
     assert fetcher.batch_size == 200  # a grown pool, all free: follow it up
 

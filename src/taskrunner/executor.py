@@ -35,7 +35,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -71,6 +71,8 @@ _MAX_REASON_CHARS = 2000
 _TOO_MANY_DELIVERIES = "TooManyDeliveries"
 
 _RESULT_ENCODER = msgspec.json.Encoder()
+# The value of a failure's record (the ResultEnvelope default).
+_NULL = msgspec.Raw(b"null")
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,16 +330,8 @@ class Executor:
         if self._results is None:
             self._warn_no_store(task)
             return None
-        encoded = task.result_codec.encode(value)
-        body = _RESULT_ENCODER.encode(
-            ResultEnvelope(
-                task=task.name,
-                task_id=envelope.id,
-                outcome="succeeded",
-                value=encoded,
-                delivery_count=delivery.delivery_count,
-                finished_at=self._clock.time(),
-            )
+        body = self._result_body(
+            task, envelope, delivery, "succeeded", value=task.result_codec.encode(value)
         )
         limit = self._app.max_message_bytes
         if len(body) > limit:
@@ -349,6 +343,31 @@ class Executor:
                 limit=limit,
             )
         return ResultWrite(message_id=delivery.message_id, body=body, ttl_seconds=task.result_ttl)
+
+    def _result_body(
+        self,
+        task: Task[Any],
+        envelope: Envelope,
+        delivery: Delivery,
+        outcome: Literal["succeeded", "failed"],
+        *,
+        value: msgspec.Raw = _NULL,
+        error_type: str | None = None,
+        error_message: str | None = None,
+    ) -> bytes:
+        """The stored record of `delivery`'s final attempt, encoded."""
+        return _RESULT_ENCODER.encode(
+            ResultEnvelope(
+                task=task.name,
+                task_id=envelope.id,
+                outcome=outcome,
+                value=value,
+                error_type=error_type,
+                error_message=error_message,
+                delivery_count=delivery.delivery_count,
+                finished_at=self._clock.time(),
+            )
+        )
 
     async def _store_failure(
         self,
@@ -363,16 +382,8 @@ class Executor:
             self._warn_no_store(task)
             return
         delivery = lease.delivery
-        body = _RESULT_ENCODER.encode(
-            ResultEnvelope(
-                task=task.name,
-                task_id=envelope.id,
-                outcome="failed",
-                error_type=error_type,
-                error_message=message,
-                delivery_count=delivery.delivery_count,
-                finished_at=self._clock.time(),
-            )
+        body = self._result_body(
+            task, envelope, delivery, "failed", error_type=error_type, error_message=message
         )
         write = ResultWrite(message_id=delivery.message_id, body=body, ttl_seconds=task.result_ttl)
         try:

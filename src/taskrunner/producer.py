@@ -324,13 +324,7 @@ class Producer:
     def _result_store(self) -> ResultStore:
         store = results_of(self._queue)
         if store is None or not self._queue.capabilities.results:
-            backend = type(self._queue).__name__
-            raise UnsupportedFeatureError(
-                f"results need a backend with the 'results' capability; {backend} "
-                "does not offer it",
-                backend=backend,
-                capability="results",
-            )
+            raise self._unsupported("results", "results")
         return store
 
     async def _send(
@@ -415,16 +409,18 @@ class Producer:
 
     def _scheduling(self, capability: str, what: str) -> Scheduling:
         part = scheduling_of(self._queue)
-        claimed = bool(getattr(self._queue.capabilities, capability, False))
-        if part is None or not claimed:
-            backend = type(self._queue).__name__
-            raise UnsupportedFeatureError(
-                f"{what} needs a backend with the {capability!r} capability; {backend} "
-                "does not offer it",
-                backend=backend,
-                capability=capability,
-            )
+        if part is None or not getattr(self._queue.capabilities, capability, False):
+            raise self._unsupported(what, capability)
         return part
+
+    def _unsupported(self, what: str, capability: str) -> UnsupportedFeatureError:
+        backend = type(self._queue).__name__
+        return UnsupportedFeatureError(
+            f"{what} needs a backend with the {capability!r} capability; {backend} "
+            "does not offer it",
+            backend=backend,
+            capability=capability,
+        )
 
     def encode(
         self, task: Task[Any] | str, payload: Any, *, headers: Mapping[str, str] | None = None
