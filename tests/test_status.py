@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from taskrunner import App, Producer, Runner, TaskState, TaskStatus, current_task
+from taskrunner import App, Producer, ResultWrite, Runner, TaskState, TaskStatus, current_task
 from taskrunner.testing import FakeClock
 from taskrunner_backends.memory import InMemoryQueue
 
@@ -198,3 +198,21 @@ async def test_a_poison_body_still_reports_where_it_is() -> None:
     status = await producer.status(message_id)
     assert status.state is TaskState.READY
     assert status.task is None
+
+
+async def test_while_the_backend_holds_a_message_its_record_wins_over_a_stored_result() -> None:
+    _clock, app, queue, producer = _setup()
+
+    @app.task(store_result=True)
+    async def job() -> int:
+        return 1
+
+    message_id = await producer.dispatch(job)
+    # A result already stored while the message is queued again (an earlier run wrote
+    # it before its lease lapsed): not final while the message is still there.
+    body = b'{"v":1,"task":"x","task_id":"y","outcome":"succeeded","value":1}'
+    await queue.put_results([ResultWrite(message_id=message_id, body=body, ttl_seconds=60)])
+
+    status = await producer.status(message_id)
+    assert status.state is TaskState.READY
+    assert status.task == job.name
