@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from taskrunner.app import App
 from taskrunner.backends import connect
+from taskrunner.cli import supervisor
 from taskrunner.cli.app import load_app
 from taskrunner.cli.common import (
     EXIT_OK,
@@ -50,10 +51,13 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "running tasks finish (up to --drain-timeout-seconds); a second signal cancels "
         "async tasks at once and releases their messages, and keeps waiting for plain "
         "def tasks (threads cannot be interrupted; their leases are kept); a third exits "
-        "at once, leaving those messages leased until their leases lapse. Exit 0.",
+        "at once, leaving those messages leased until their leases lapse. Exit 0. "
+        "With --processes N, a supervisor runs N such workers, forwards every signal "
+        "to each, and restarts any that dies.",
     )
     app_options(worker)
     worker.add_argument("--burst", action="store_true", help="stop once the queue is empty")
+    supervisor.add_arguments(worker)
     runner_options(worker)
 
 
@@ -70,9 +74,17 @@ async def run_worker(args: argparse.Namespace, settings: Settings) -> int:
             "worker needs the App to run: taskrunner worker MODULE:APP (or --app "
             "MODULE:APP, or set 'app' in the config file or TASKRUNNER_APP)"
         )
+    processes: supervisor.Processes = args.processes
+    supervisor.check_processes(processes, settings)
+    # Loaded here even by a supervisor: a bad App is reported once, not by N children.
     app = load_app(settings.app, where=settings.source_of("app"))
+    if processes.count > 1:
+        return await supervisor.supervise(args, settings, processes.count)
     process = _WorkerProcess(settings.runner.drain_timeout_seconds)
-    with signal_handlers(process.on_signal):
+    with (
+        signal_handlers(process.on_signal),
+        supervisor.parent_watch(args.supervised_by, process.on_signal),
+    ):
         try:
             await process.serve(app, settings, burst=args.burst)
         except asyncio.CancelledError:
