@@ -48,6 +48,8 @@ _BUILT_IN = {
     "redis": "taskrunner_backends.redis:open_from_url",
     "rediss": "taskrunner_backends.redis:open_from_url",
     "unix": "taskrunner_backends.redis:open_from_url",
+    "redis+cluster": "taskrunner_backends.redis:open_cluster_from_url",
+    "rediss+cluster": "taskrunner_backends.redis:open_cluster_from_url",
 }
 
 BackendFactory = Callable[..., Awaitable[Queue]]

@@ -536,6 +536,10 @@ class AddRequest(msgspec.Struct, frozen=True, kw_only=True):
             ``Capabilities.unique_add``.
         unique_seconds: The key is also freed this many seconds after the add, even if
             its message is still there; None holds it until the message's final outcome.
+        partition_key: On a backend that spreads one queue over partitions (a Redis
+            Cluster queue with ``shards`` > 1), every message with this key goes to the
+            same partition, so one consumer sees them in add order where the partition
+            is FIFO. A backend with one partition ignores it (it keeps one order anyway).
     """
 
     body: bytes
@@ -543,6 +547,7 @@ class AddRequest(msgspec.Struct, frozen=True, kw_only=True):
     due_at: float | None = None
     unique_key: str | None = None
     unique_seconds: float | None = None
+    partition_key: str | None = None
 
 
 class Added(msgspec.Struct, frozen=True, kw_only=True):

@@ -83,9 +83,17 @@ class RawClient:
         self._legacy_get = command is not None and command.default is inspect.Parameter.empty
 
     async def _acquire(self) -> Any:
+        """A connection to the server this client talks to (the pool's)."""
         if self._legacy_get:
             return await self._pool.get_connection("_")  # type: ignore[no-untyped-call]
         return await self._pool.get_connection()  # type: ignore[no-untyped-call]
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """The options new connections are made with (client name, timeouts, ...)."""
+        return dict(self._pool.connection_kwargs)
+
+    async def _release(self, connection: Any) -> None:
+        await self._pool.release(connection)
 
     async def call(self, action: str, *args: Arg, read_timeout: float | None = None) -> Any:
         """Run one command; `read_timeout` (seconds) overrides the socket timeout of the read.
@@ -141,12 +149,22 @@ class RawClient:
             finally:
                 if not clean:
                     await connection.disconnect(nowait=True)
-                await self._pool.release(connection)
+                await self._release(connection)
 
     async def call_unblocked_after(
-        self, action: str, args: Sequence[Arg], *, read_timeout: float, unblock_after: float
+        self,
+        action: str,
+        args: Sequence[Arg],
+        *,
+        read_timeout: float,
+        unblock_after: float | None,
+        stop: asyncio.Event | None = None,
     ) -> Any:
         """Run one blocking command, unblocked `unblock_after` seconds after it was sent.
+
+        With `stop`, the command is also unblocked as soon as `stop` is set (a partitioned
+        receive ends its other shards' blocks once one shard delivered). With
+        `unblock_after` None only `stop` unblocks it; the server ends it at its BLOCK.
 
         A server wakes blocked clients whose BLOCK expired only at its cron ticks (every
         100 ms at the default ``hz 10``); ``CLIENT UNBLOCK <id> TIMEOUT`` from another
@@ -181,7 +199,7 @@ class RawClient:
                         client_id = None
                     if isinstance(client_id, int):
                         timer = asyncio.create_task(
-                            self._unblock_later(client_id, unblock_after, sending)
+                            self._unblock_later(client_id, unblock_after, sending, stop, connection)
                         )
                     try:
                         reply = await connection.read_response(
@@ -206,17 +224,35 @@ class RawClient:
                 finally:
                     if not clean:
                         await connection.disconnect(nowait=True)
-                    await self._pool.release(connection)
+                    await self._release(connection)
             if isinstance(reply, Exception):
                 raise reply
             return reply
 
-    async def _unblock_later(self, client_id: int, delay: float, sending: asyncio.Event) -> None:
-        await asyncio.sleep(delay)
+    async def _unblock_later(
+        self,
+        client_id: int,
+        delay: float | None,
+        sending: asyncio.Event,
+        stop: asyncio.Event | None,
+        blocked: Any,
+    ) -> None:
+        if stop is None:
+            if delay is None:
+                return
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await stop.wait()
         sending.set()
         # On failure the block ends at the server's own timeout, a cron tick later.
         with contextlib.suppress(BackendError):
-            await self.call("unblock", "CLIENT", "UNBLOCK", client_id, "TIMEOUT")
+            await self._call_beside(blocked, "unblock", "CLIENT", "UNBLOCK", client_id, "TIMEOUT")
+
+    async def _call_beside(self, connection: Any, action: str, *args: Arg) -> Any:
+        """Run one command on the server `connection` talks to (client ids are per server)."""
+        return await self.call(action, *args)
 
     async def run_script(
         self, action: str, script: Script, keys: Sequence[str], args: Sequence[Arg]

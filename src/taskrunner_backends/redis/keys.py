@@ -43,9 +43,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from redis.crc import key_slot as _crc_slot
+
 from taskrunner.errors import ConfigurationError
 
-__all__ = ["GROUP", "QueueKeys", "namespace_pattern"]
+__all__ = ["GROUP", "SLOTS", "QueueKeys", "key_slot", "namespace_pattern", "shard_tag"]
 
 #: The one consumer group every worker of a queue joins.
 GROUP = "taskrunner"
@@ -64,6 +66,40 @@ def _check_name(value: str, setting: str) -> str:
     return value
 
 
+# A shard's hash tag: the queue name, '#', the shard number and a salt that places its
+# slot (see `shard_tag`). '#' is not allowed in names, so no plain queue shares it.
+_SHARD_TAG = re.compile(r"[A-Za-z0-9_.:\-/@+=]+#[0-9]+\.[0-9]+")
+
+# Redis Cluster's slot count.
+SLOTS = 16384
+
+
+def key_slot(key: str) -> int:
+    """The Redis Cluster hash slot of `key` (redis-py's CRC16 of its hash tag)."""
+    return int(_crc_slot(key.encode()))
+
+
+def shard_tag(queue_name: str, shard: int, shards: int) -> str:
+    """The hash tag of shard `shard` of `shards`: ``<queue>#<shard>.<salt>``.
+
+    The salt is the smallest number that puts the tag's slot in the shard's own
+    1/`shards` of the slot range. ``redis-cli --cluster create`` (and most operators)
+    give each master one contiguous range, so K shards on K masters land one per
+    master instead of wherever CRC16 happens to send them (three tags on three masters
+    share a master 7 times in 9 by chance). Deterministic: every client computes the
+    same tags.
+    """
+    _check_name(queue_name, "queue_name")
+    low = shard * SLOTS // shards
+    high = (shard + 1) * SLOTS // shards
+    salt = 0
+    while True:
+        tag = f"{queue_name}#{shard}.{salt}"
+        if low <= key_slot("{" + tag + "}") < high:
+            return tag
+        salt += 1
+
+
 def namespace_pattern(namespace: str) -> str:
     """The SCAN MATCH pattern covering every key of every queue in `namespace`."""
     return f"{_check_name(namespace, 'namespace')}:*"
@@ -80,14 +116,19 @@ class QueueKeys:
 
     namespace: str
     queue_name: str
+    #: The hash tag of one shard of a partitioned queue (see `shard_tag`); empty for a
+    #: plain queue, whose tag is its name.
+    shard: str = ""
 
     def __post_init__(self) -> None:
         _check_name(self.namespace, "namespace")
         _check_name(self.queue_name, "queue_name")
+        if self.shard and not _SHARD_TAG.fullmatch(self.shard):
+            raise ValueError(f"not a shard tag: {self.shard!r}")
 
     @property
     def _prefix(self) -> str:
-        return f"{self.namespace}:{{{self.queue_name}}}"
+        return f"{self.namespace}:{{{self.shard or self.queue_name}}}"
 
     @property
     def stream(self) -> str:

@@ -609,12 +609,15 @@ class RedisStreamsQueue:
         clock: Clock | None = None,
         owns_client: bool = False,
         _display: str | None = None,
+        _shard: str = "",
+        _raw: RawClient | None = None,
     ) -> None:
-        if not isinstance(client, aioredis.Redis):
+        if _raw is None and not isinstance(client, aioredis.Redis):
             raise TypeError(f"client must be a redis.asyncio.Redis, not {type(client).__name__}")
-        self._keys = QueueKeys(namespace=namespace, queue_name=queue_name)
+        self._keys = QueueKeys(namespace=namespace, queue_name=queue_name, shard=_shard)
         self._client = client
-        self._raw = RawClient(client)
+        # A shard of a partitioned queue gets its cluster slot's client.
+        self._raw = _raw if _raw is not None else RawClient(client)
         self._clock: Clock = clock or SystemClock()
         self._owns_client = owns_client
         self._display = _display or _describe_client(client)
@@ -819,6 +822,31 @@ class RedisStreamsQueue:
             BackendUnavailableError: The server could not be reached.
             QueueClosedError: The queue is or became closed.
         """
+        return await self.receive_until(
+            consumer,
+            max_messages=max_messages,
+            wait_seconds=wait_seconds,
+            lease_seconds=lease_seconds,
+            stop=None,
+        )
+
+    async def receive_until(
+        self,
+        consumer: str,
+        *,
+        max_messages: int,
+        wait_seconds: float,
+        lease_seconds: float,
+        stop: asyncio.Event | None,
+    ) -> list[Delivery]:
+        """`receive`, returning early (possibly empty-handed) once `stop` is set.
+
+        A blocked read is ended by ``CLIENT UNBLOCK`` when `stop` is set, so nothing is
+        leased that the caller does not get (a cancellation could lose the reply); where
+        ACLs forbid ``CLIENT`` the read ends at its block (at most
+        `DELAYED_RECHECK_SECONDS`). A partitioned queue blocks on several shards and
+        stops the others once one delivered.
+        """
         _check_count("max_messages", max_messages)
         _check_consumer(consumer)
         _milliseconds("wait_seconds", wait_seconds, positive=False)
@@ -856,7 +884,11 @@ class RedisStreamsQueue:
             # is due about when this block ends, end it on time (the next block, or the
             # caller's next receive, then delivers it on time too).
             unblock = 0 <= next_due_ms <= (block + SERVER_TICK_SECONDS) * 1000
-            entries, rings = await self._blocking_read(holder, max_messages, block, unblock=unblock)
+            if stop is not None and stop.is_set():
+                return await self._hand_on([], woken, next_due_ms, rings)
+            entries, rings = await self._blocking_read(
+                holder, max_messages, block, unblock=unblock, stop=stop
+            )
             # Entries read after aclose stay leased until reclaimed; the caller is gone.
             self._check_open()
             if entries:
@@ -867,7 +899,7 @@ class RedisStreamsQueue:
                 # Rung: a message is due earlier than this read knew. The script acks
                 # the ring and computes the shorter block.
                 woken = True
-            elif block >= remaining:
+            elif block >= remaining or (stop is not None and stop.is_set()):
                 return await self._hand_on([], woken, next_due_ms, rings)
 
     async def _hand_on(
@@ -1260,17 +1292,7 @@ class RedisStreamsQueue:
             BackendUnavailableError: The server could not be reached; some of the
                 results may have been stored.
         """
-        if isinstance(results, ResultWrite):
-            raise TypeError("results must be a sequence of ResultWrite, not a single one")
-        items: list[tuple[str, int, bytes]] = []
-        for write in results:
-            if not isinstance(write, ResultWrite):
-                raise TypeError(f"expected ResultWrite, got {type(write).__name__}")
-            _check_text("message_id", write.message_id)
-            if not isinstance(write.body, bytes):
-                raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
-            ttl_ms = _milliseconds("ttl_seconds", write.ttl_seconds, positive=True)
-            items.append((write.message_id, ttl_ms, write.body))
+        items = self.check_results(results)
         await self._ready()
         if not items:
             return
@@ -1284,6 +1306,21 @@ class RedisStreamsQueue:
                 args.extend(item)
             calls.append((call_keys, args))
         await self._batched("put results", "results", calls)
+
+    def check_results(self, results: Sequence[ResultWrite]) -> list[tuple[str, int, bytes]]:
+        """What `put_results` would send: (id, TTL ms, body) each; raises as it does."""
+        if isinstance(results, ResultWrite):
+            raise TypeError("results must be a sequence of ResultWrite, not a single one")
+        items: list[tuple[str, int, bytes]] = []
+        for write in results:
+            if not isinstance(write, ResultWrite):
+                raise TypeError(f"expected ResultWrite, got {type(write).__name__}")
+            _check_text("message_id", write.message_id)
+            if not isinstance(write.body, bytes):
+                raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
+            ttl_ms = _milliseconds("ttl_seconds", write.ttl_seconds, positive=True)
+            items.append((write.message_id, ttl_ms, write.body))
+        return items
 
     async def get_results(self, message_ids: Sequence[str]) -> list[bytes | None]:
         """The stored body of each id, in order; None where there is none or it expired.
@@ -1705,12 +1742,19 @@ class RedisStreamsQueue:
                 raise BackendError(f"{action}: consumer group keeps disappearing") from exc
 
     async def _blocking_read(
-        self, consumer: str, max_messages: int, block_seconds: float, *, unblock: bool = False
+        self,
+        consumer: str,
+        max_messages: int,
+        block_seconds: float,
+        *,
+        unblock: bool = False,
+        stop: asyncio.Event | None = None,
     ) -> tuple[list[tuple[str, object]], list[str]]:
         """One XREADGROUP BLOCK on the stream and the doorbell: (entries, ring ids).
 
         With `unblock`, the read is ended by CLIENT UNBLOCK at `block_seconds` instead
-        of at the server's next cron tick after its BLOCK expired (up to 100 ms later).
+        of at the server's next cron tick after its BLOCK expired (up to 100 ms later);
+        with `stop`, also when `stop` is set.
         """
         block_ms = max(1, math.ceil(block_seconds * 1000))  # BLOCK 0 would wait forever
         command: tuple[Arg, ...] = (
@@ -1736,12 +1780,13 @@ class RedisStreamsQueue:
             for attempt in (1, 2):
                 try:
                     read_timeout = block_ms / 1000 + BLOCK_READ_MARGIN_SECONDS
-                    if unblock:
+                    if unblock or stop is not None:
                         reply = await self._raw.call_unblocked_after(
                             "receive",
                             command,
                             read_timeout=read_timeout,
-                            unblock_after=block_ms / 1000,
+                            unblock_after=block_ms / 1000 if unblock else None,
+                            stop=stop,
                         )
                     else:
                         reply = await self._raw.call("receive", *command, read_timeout=read_timeout)

@@ -106,9 +106,7 @@ class ResultListener:
         # Set on the listener's connection for the length of each read, so CLIENT LIST
         # shows it (and tests can find it); restored to the pool's own name after.
         self._name = client_name
-        self._pool_name: str = (
-            queue._client.connection_pool.connection_kwargs.get("client_name") or ""
-        )
+        self._pool_name: str = queue._raw.connection_kwargs().get("client_name") or ""
         #: Waits that looked at their key and now wait for a notification (for tests).
         self.parked = 0
         #: Reads that failed and were retried (for tests and diagnostics).
