@@ -115,6 +115,7 @@ class Producer:
         delay: Delay | None = None,
         at: datetime | None = None,
         unique_key: str | None = None,
+        partition_key: str | None = None,
     ) -> Dispatched: ...
     @overload
     async def dispatch(
@@ -126,6 +127,7 @@ class Producer:
         delay: Delay | None = None,
         at: datetime | None = None,
         unique_key: str | None = None,
+        partition_key: str | None = None,
     ) -> Dispatched: ...
     @overload
     async def dispatch(
@@ -137,6 +139,7 @@ class Producer:
         delay: Delay | None = None,
         at: datetime | None = None,
         unique_key: str | None = None,
+        partition_key: str | None = None,
     ) -> Dispatched: ...
 
     async def dispatch(
@@ -148,6 +151,7 @@ class Producer:
         delay: Delay | None = None,
         at: datetime | None = None,
         unique_key: str | None = None,
+        partition_key: str | None = None,
     ) -> Dispatched:
         """Enqueue one run of `task` with `payload`; returns the backend's message id.
 
@@ -164,6 +168,11 @@ class Producer:
                 ``added=False``. The key is used as given, scoped to the queue. Without
                 it, a task declared with ``unique_for``/``unique_key`` makes its own
                 key (see `App.task`); its ``unique_for`` bounds how long the key is held.
+            partition_key: On a queue spread over partitions (a Redis Cluster URL with
+                ``shards`` > 1), every message dispatched with this key goes to one
+                partition, so they run in dispatch order when one worker takes them
+                one at a time; elsewhere the queue has one partition and keeps that
+                order anyway, and the key changes nothing.
 
         Returns:
             The message id (a `Dispatched`, a `str` with ``added``).
@@ -173,14 +182,20 @@ class Producer:
             PayloadValidationError: The payload does not match the task's type.
             PayloadTooLargeError: The encoded message exceeds the app's limit.
             ValueError: A negative or non-finite delay, a naive `at`, both `delay` and
-                `at`, or an empty unique key.
+                `at`, or an empty unique or partition key.
             UnsupportedFeatureError: The backend does not offer delayed or unique
                 dispatch; nothing was sent.
             BackendUnavailableError: The backend could not be reached.
         """
         resolved = self._app.get_task(task) if isinstance(task, str) else task
         (result,) = await self._send(
-            resolved, [payload], headers=headers, delay=delay, at=at, unique_key=unique_key
+            resolved,
+            [payload],
+            headers=headers,
+            delay=delay,
+            at=at,
+            unique_key=unique_key,
+            partition_key=partition_key,
         )
         return result
 
@@ -193,14 +208,16 @@ class Producer:
         delay: Delay | None = None,
         at: datetime | None = None,
         unique_key: str | None = None,
+        partition_key: str | None = None,
     ) -> DispatchedList:
         """Enqueue one run of `task` per payload; returns message ids in order.
 
         Every payload is validated before the first message is sent. Messages are
         sent in chunks, one backend round trip per chunk. The result is a
-        `DispatchedList` (a ``list[str]``; ``.added`` has the flags). `delay`, `at` and
-        `unique_key` apply to every message as in `dispatch` (one `unique_key` for
-        all adds only the first; a unique task's own keys are per payload).
+        `DispatchedList` (a ``list[str]``; ``.added`` has the flags). `delay`, `at`,
+        `unique_key` and `partition_key` apply to every message as in `dispatch` (one
+        `unique_key` for all adds only the first; a unique task's own keys are per
+        payload).
 
         Raises:
             The same errors as `dispatch`. On `BackendUnavailableError` some chunks may
@@ -215,6 +232,7 @@ class Producer:
                 delay=delay,
                 at=at,
                 unique_key=unique_key,
+                partition_key=partition_key,
             )
         )
 
@@ -336,11 +354,15 @@ class Producer:
         delay: Delay | None,
         at: datetime | None,
         unique_key: str | None,
+        partition_key: str | None,
     ) -> list[Dispatched]:
         delay_seconds, due_at = _when(delay, at)
         key: Any = unique_key
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError(f"unique_key must be a non-empty str, got {unique_key!r}")
+        key = partition_key
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ValueError(f"partition_key must be a non-empty str, got {partition_key!r}")
         unique = unique_key is not None or task.is_unique
         with dispatching(self._app.queue, task.name, len(payloads)) as trace:
             if trace:
@@ -354,6 +376,7 @@ class Producer:
                 due_at=due_at,
                 unique=unique,
                 unique_key=unique_key,
+                partition_key=partition_key,
             )
 
     async def _add(
@@ -366,6 +389,7 @@ class Producer:
         due_at: float | None,
         unique: bool,
         unique_key: str | None,
+        partition_key: str | None,
     ) -> list[Dispatched]:
         due: float | None = None
         if due_at is not None or delay_seconds > 0:
@@ -374,13 +398,17 @@ class Producer:
             encode_message(self._app, task, payload, clock=self._clock, headers=headers, due_at=due)
             for payload in payloads
         ]
-        if not unique and delay_seconds == 0.0 and due_at is None:
-            # The hot path: plain dispatches keep using Queue.add.
+        partitioned = partition_key is not None and scheduling_of(self._queue) is not None
+        if not unique and delay_seconds == 0.0 and due_at is None and not partitioned:
+            # The hot path: plain dispatches keep using Queue.add (and so does a
+            # partition key on a backend without the Scheduling part: one partition).
             ids: list[str] = []
             for start in range(0, len(bodies), _ADD_CHUNK):
                 ids.extend(await self._queue.add(bodies[start : start + _ADD_CHUNK]))
             return [Dispatched(message_id) for message_id in ids]
-        part = self._parts(delayed=delay_seconds > 0 or due_at is not None, unique=unique)
+        part = self._parts(
+            delayed=delay_seconds > 0 or due_at is not None, unique=unique, partitioned=partitioned
+        )
         unique_seconds = task.unique_for if unique else None
         requests = [
             AddRequest(
@@ -389,6 +417,7 @@ class Producer:
                 due_at=due_at,
                 unique_key=(None if not unique else unique_key or _default_key(task, payload)),
                 unique_seconds=unique_seconds,
+                partition_key=partition_key,
             )
             for payload, body in zip(payloads, bodies, strict=True)
         ]
@@ -398,13 +427,13 @@ class Producer:
             results.extend(Dispatched(a.message_id, added=a.added) for a in added)
         return results
 
-    def _parts(self, *, delayed: bool, unique: bool) -> Scheduling:
-        part: Scheduling | None = None
+    def _parts(self, *, delayed: bool, unique: bool, partitioned: bool) -> Scheduling:
+        part: Scheduling | None = scheduling_of(self._queue) if partitioned else None
         if delayed:
             part = self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
         if unique:
             part = self._scheduling("unique_add", "unique dispatch")
-        assert part is not None  # called only for a delayed or unique dispatch
+        assert part is not None  # called only for a delayed, unique or partitioned dispatch
         return part
 
     def _scheduling(self, capability: str, what: str) -> Scheduling:

@@ -26,7 +26,7 @@ __all__ = ["CLUSTER_SCHEMES", "ClusterTarget", "split_cluster_url"]
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
-_OURS = frozenset({"namespace", "shards"})
+_OURS = frozenset({"namespace", "shards", "durable"})
 # Options redis-py's cluster client does not take (db: a cluster has database 0 only).
 _NOT_FOR_CLUSTERS = frozenset(
     {
@@ -52,7 +52,9 @@ class ClusterTarget:
         kwargs: dict[str, Any],
         namespace: str,
         shards: int,
+        durable: str,
     ) -> None:
+        self.durable = durable
         self.nodes = nodes
         self.kwargs = kwargs
         self.namespace = namespace
@@ -139,6 +141,7 @@ def split_cluster_url(url: str) -> ClusterTarget:
             setting="url",
         )
     namespace = options.pop("namespace", "taskrunner")
+    durable = options.pop("durable", "")
     kwargs: dict[str, Any] = {}
     for name, value in options.items():
         _check_value(name, value, url)
@@ -152,4 +155,4 @@ def split_cluster_url(url: str) -> ClusterTarget:
         kwargs["password"] = unquote(password)
     if parts.scheme == "rediss+cluster":
         kwargs["ssl"] = True
-    return ClusterTarget(nodes, kwargs, namespace, int(raw_shards))
+    return ClusterTarget(nodes, kwargs, namespace, int(raw_shards), durable)

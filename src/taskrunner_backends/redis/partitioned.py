@@ -99,10 +99,12 @@ from .queue import (
     _CAPABILITIES,
     DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS,
     DEFAULT_SOCKET_TIMEOUT_SECONDS,
+    Durability,
     RedisStreamsQueue,
     _check_consumer,
     _check_count,
     _check_deliveries,
+    _durable_option,
     _encode_request,
     _milliseconds,
 )
@@ -160,6 +162,8 @@ class PartitionedQueue:
         namespace: Key prefix shared by all queues of one application.
         clock: Bounds the waits of `receive`; leases and delays run on the servers'
             clocks (each shard's master's).
+        durable: As for `RedisStreamsQueue`: each shard's adds wait for one replica
+            (``"replica"``) or one replica's fsynced AOF (``"aof"``).
 
     Every optional part of `RedisStreamsQueue` is offered, with the same guarantees per
     message (see the module docstring for where each part lives). Ordering across the
@@ -175,6 +179,7 @@ class PartitionedQueue:
         namespace: str = "taskrunner",
         clock: Clock | None = None,
         owns_client: bool = False,
+        durable: Durability = "",
         _display: str | None = None,
     ) -> None:
         if not isinstance(cluster, RedisCluster):
@@ -200,6 +205,7 @@ class PartitionedQueue:
                 namespace=namespace,
                 clock=self._clock,
                 _display=f"{self._display} shard {i}",
+                durable=durable,
                 _shard=tag,
                 _raw=SlotClient(cluster, key_slot("{" + tag + "}")),
             )
@@ -235,7 +241,9 @@ class PartitionedQueue:
     @property
     def capabilities(self) -> Capabilities:
         """Those of `RedisStreamsQueue`, with ordering ``none`` (each shard is FIFO)."""
-        return _CLUSTER_CAPABILITIES
+        return msgspec.structs.replace(
+            self._shards[0].capabilities, ordering=_CLUSTER_CAPABILITIES.ordering
+        )
 
     @property
     def admin(self) -> QueueAdmin:
@@ -999,6 +1007,7 @@ async def open_cluster_from_url(
             namespace=target.namespace,
             clock=clock,
             owns_client=True,
+            durable=_durable_option(target.durable, url),
             _display=mask_url(url),
         )
         await queue.initialize()

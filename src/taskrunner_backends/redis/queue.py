@@ -183,6 +183,8 @@ __all__ = [
     "DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS",
     "DELAYED_RECHECK_SECONDS",
     "DEFAULT_SOCKET_TIMEOUT_SECONDS",
+    "DURABLE_WAIT_SECONDS",
+    "Durability",
     "FENCED_BATCH",
     "LOOKUP_BATCH",
     "PROMOTE_BATCH",
@@ -275,6 +277,14 @@ _CAPABILITIES = Capabilities(
     result_notify=True,
     lookup=True,
 )
+
+_DURABLE_CAPABILITIES = msgspec.structs.replace(_CAPABILITIES, durable_enqueue=True)
+
+#: What the ``durable`` option accepts: "" (off), "replica" (WAIT) or "aof" (WAITAOF).
+Durability = Literal["", "replica", "aof"]
+
+# How long a durable add waits for a replica's confirmation (seconds) before it raises.
+DURABLE_WAIT_SECONDS = 2.0
 
 # Longest lease or delay the backend represents exactly (ms; Lua numbers are doubles).
 _MAX_MS = 2**52
@@ -593,6 +603,13 @@ class RedisStreamsQueue:
         clock: Bounds the waits of `receive`; leases and delays are measured on the
             server's clock, whatever this is.
         owns_client: Close `client` in `aclose` (set by `open_from_url`).
+        durable: ``"replica"``: every `add` and `add_requests` call also waits (``WAIT``,
+            in the same round trip) until one replica has the messages, and raises
+            `BackendUnavailableError` when none confirms within
+            `DURABLE_WAIT_SECONDS`; ``"aof"``: until one replica has written them to
+            its AOF and fsynced it (``WAITAOF 0 1``, Redis 7.2+ and Valkey 8+, replicas
+            with ``appendonly yes``). Either claims ``durable_enqueue``. Empty (the
+            default): adds return when the master has them.
 
     Initialisation (version check, feature detection, group creation) happens in
     `initialize`, which `open` and `open_from_url` await and every other method runs
@@ -608,10 +625,16 @@ class RedisStreamsQueue:
         namespace: str = "taskrunner",
         clock: Clock | None = None,
         owns_client: bool = False,
+        durable: Durability = "",
         _display: str | None = None,
         _shard: str = "",
         _raw: RawClient | None = None,
     ) -> None:
+        if durable not in ("", "replica", "aof"):
+            raise ConfigurationError(
+                f"durable must be replica or aof (or empty), got {durable!r}", setting="durable"
+            )
+        self._durable: Durability = durable
         if _raw is None and not isinstance(client, aioredis.Redis):
             raise TypeError(f"client must be a redis.asyncio.Redis, not {type(client).__name__}")
         self._keys = QueueKeys(namespace=namespace, queue_name=queue_name, shard=_shard)
@@ -671,7 +694,7 @@ class RedisStreamsQueue:
 
         Not cancel-safe: a cancelled receive may leave entries leased until reclaimed.
         """
-        return _CAPABILITIES
+        return _DURABLE_CAPABILITIES if self._durable else _CAPABILITIES
 
     @property
     def admin(self) -> QueueAdmin:
@@ -794,11 +817,13 @@ class RedisStreamsQueue:
         await self._ready()
         if not bodies:
             return []
-        replies = await self._raw.pipeline(
-            "add", [("XADD", self._keys.stream, "*", "b", body) for body in bodies]
-        )
+        commands: list[tuple[Arg, ...]] = [
+            ("XADD", self._keys.stream, "*", "b", body) for body in bodies
+        ]
+        replies = await self._raw.pipeline("add", [*commands, *self._durability()])
+        self._check_durable("add", replies[len(commands) :])
         ids = []
-        for reply in replies:
+        for reply in replies[: len(commands)]:
             if isinstance(reply, Exception):
                 with translate_errors("add"):
                     raise reply
@@ -1119,14 +1144,18 @@ class RedisStreamsQueue:
             for item in encoded[start : start + ADD_REQUESTS_BATCH]:
                 args.extend(item)
             commands.append(("EVALSHA", SCRIPTS["add_requests"].sha, len(keys), *keys, *args))
-        replies = await self._raw.pipeline("add requests", commands)
+        wait = self._durability()
+        replies = await self._raw.pipeline("add requests", [*commands, *wait])
+        waited, replies = replies[len(commands) :], replies[: len(commands)]
         if any(is_no_script(reply) for reply in replies):
             # The server restarted or SCRIPT FLUSH ran: nothing of those calls ran.
             await self._raw.call("add requests", "SCRIPT", "LOAD", SCRIPTS["add_requests"].source)
             again = [i for i, reply in enumerate(replies) if is_no_script(reply)]
-            rerun = await self._raw.pipeline("add requests", [commands[i] for i in again])
+            rerun = await self._raw.pipeline("add requests", [*(commands[i] for i in again), *wait])
+            waited = rerun[len(again) :]
             for i, reply in zip(again, rerun, strict=True):
                 replies[i] = reply
+        self._check_durable("add requests", waited)
         added = []
         for reply in replies:
             if isinstance(reply, Exception):
@@ -1501,7 +1530,7 @@ class RedisStreamsQueue:
                     body=values.get(b"b", b""),
                     reason=_text(values.get(b"r", b"")),
                     delivery_count=int(values.get(b"c", b"0") or 0),
-                    dead_at=int(values.get(b"t", b"0") or 0) / 1000,
+                    dead_at=_stamp_seconds(values.get(b"t", b"0")),
                 )
             )
         return letters
@@ -1683,6 +1712,31 @@ class RedisStreamsQueue:
         return workers
 
     # -- internals ------------------------------------------------------------------------
+
+    def _durability(self) -> list[tuple[Arg, ...]]:
+        """The command that waits for a replica, sent after an add on the same connection."""
+        timeout_ms = round(DURABLE_WAIT_SECONDS * 1000)
+        if self._durable == "replica":
+            return [("WAIT", 1, timeout_ms)]
+        if self._durable == "aof":
+            return [("WAITAOF", 0, 1, timeout_ms)]
+        return []
+
+    def _check_durable(self, action: str, replies: list[Any]) -> None:
+        if not replies:
+            return
+        (reply,) = replies
+        if isinstance(reply, Exception):
+            with translate_errors(action):
+                raise reply
+        confirmed = _as_int(reply[1]) if isinstance(reply, list) else _as_int(reply)
+        if confirmed < 1:
+            kind = "written to its AOF" if self._durable == "aof" else "received"
+            raise BackendUnavailableError(
+                f"{action}: no replica {kind} the messages within {DURABLE_WAIT_SECONDS:g}s "
+                "(durable enqueue); they are on the master and may or may not survive a "
+                "failover: adding them again may duplicate them"
+            )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1973,6 +2027,7 @@ async def open_from_url(
             namespace=options.get("namespace", "taskrunner"),
             clock=clock,
             owns_client=True,
+            durable=_durable_option(options.get("durable", ""), url),
             _display=mask_url(url),
         )
         await queue.initialize()
@@ -1980,6 +2035,28 @@ async def open_from_url(
         await client.aclose()
         raise
     return queue
+
+
+def _durable_option(value: str, url: str) -> Durability:
+    """The ``durable`` URL option: replica, aof, or off (empty, 0, false, no, off)."""
+    word = value.lower()
+    if word in ("", "0", "false", "no", "off"):
+        return ""
+    if word in ("replica", "aof"):
+        return word  # type: ignore[return-value]
+    raise ConfigurationError(
+        f"option durable={value!r} in {mask_url(url)} must be replica (WAIT for one replica), "
+        "aof (WAITAOF: one replica fsynced its AOF) or off",
+        setting="url",
+    )
+
+
+def _stamp_seconds(raw: bytes) -> float:
+    """A dead letter's time field (ms, with a fraction since 0.x; older: whole ms) in s."""
+    try:
+        return float(raw or b"0") / 1000
+    except ValueError:
+        return 0.0
 
 
 def _check_text(name: str, value: str) -> None:

@@ -155,14 +155,17 @@ class RedisClusterHarness:
         self.lease_seconds = lease_seconds
 
     async def open_queue(self, namespace: str) -> Queue:
+        """A new handle on the queue of `namespace` (its own cluster client)."""
         return await open_cluster_from_url(
             _with_options(self.url, namespace=namespace), queue_name="q"
         )
 
     async def advance(self, seconds: float) -> None:
+        """Real time passes: the servers measure leases on their own clocks."""
         await asyncio.sleep(seconds)
 
     async def cleanup(self, namespace: str) -> None:
+        """Delete the namespace's keys on every master, one UNLINK per key."""
         queue = await open_cluster_from_url(
             _with_options(self.url, namespace=namespace), queue_name="q"
         )
@@ -171,7 +174,7 @@ class RedisClusterHarness:
             for node in cluster.get_primaries():
                 client = aioredis.Redis(
                     host=node.host,
-                    port=node.port,
+                    port=int(node.port),
                     username=cluster.nodes_manager.connection_kwargs.get("username"),
                     password=cluster.nodes_manager.connection_kwargs.get("password"),
                 )
@@ -187,19 +190,23 @@ class RedisClusterHarness:
             await queue.aclose()
 
     async def age_lease(self, queue: Queue, delivery: Delivery, seconds: float) -> None:
+        """Age the lease in the shard the receipt names (see `age_lease`)."""
         assert isinstance(queue, PartitionedQueue)
         await age_lease(queue, delivery, seconds)
 
     async def inject_raw(self, queue: Queue) -> None:
+        """Add an entry without a body field to shard 0."""
         assert isinstance(queue, PartitionedQueue)
         # No "b" field: not a taskrunner message.
         await inject_raw(queue, {"garbage": b"\xff\x00 not a message"})
 
     async def remove_payload(self, queue: Queue, delivery: Delivery) -> None:
+        """XDEL the entry under the delivery in its shard."""
         assert isinstance(queue, PartitionedQueue)
         await remove_payload(queue, delivery)
 
     async def storage_size(self, queue: Queue) -> int:
+        """Entries of every shard's streams, delayed set and origins map."""
         assert isinstance(queue, PartitionedQueue)
         total = 0
         for shard in queue.shards:
@@ -233,7 +240,7 @@ def cluster_harness() -> RedisClusterHarness:
     if not _LOCAL:
         from .local_cluster import LocalCluster
 
-        cluster = LocalCluster()
+        cluster = LocalCluster.from_env()
         cluster.start()
         atexit.register(cluster.cleanup)
         _LOCAL.append(cluster)

@@ -19,7 +19,7 @@ from taskrunner.redaction import mask_url
 __all__ = ["QUEUE_OPTIONS", "REDIS_OPTIONS", "split_url"]
 
 #: Options this backend reads from the URL query.
-QUEUE_OPTIONS = frozenset({"namespace"})
+QUEUE_OPTIONS = frozenset({"namespace", "durable"})
 
 #: redis-py connection options accepted in the URL query and passed through.
 REDIS_OPTIONS = frozenset(

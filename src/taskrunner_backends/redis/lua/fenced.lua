@@ -120,9 +120,17 @@ end
 
 -- The index by original id is what lets lookup find a dead letter by the id the
 -- message had; it is the only cost this adds, and only here (not on ack).
-local function bury(body, reason, message_id, count, when)
+-- The time is stored in ms with three decimals (microseconds): a partitioned queue
+-- merges the dead letters of several shards by it, and whole ms tie too often.
+local function stamp()
+  local t = redis.call('TIME')
+  local us = tonumber(t[2])
+  return string.format('%d.%03d', tonumber(t[1]) * 1000 + math.floor(us / 1000), us % 1000)
+end
+
+local function bury(body, reason, message_id, count)
   local dead_id = redis.call('XADD', dead, '*', 'b', body, 'r', reason, 'o', message_id,
-    'c', count, 't', when)
+    'c', count, 't', stamp())
   redis.call('HSET', dead_ids, message_id, dead_id)
 end
 
@@ -143,7 +151,7 @@ for i = 6, #ARGV, 6 do
           redis.call('HDEL', origins, id)
         end
         forget(id, message_id)
-        bury('', GONE, message_id, reported, now)
+        bury('', GONE, message_id, reported)
         status = 2
       else
         status = 1
@@ -163,7 +171,7 @@ for i = 6, #ARGV, 6 do
           redis.call('HDEL', origins, id)
         end
         forget(id, message_id)
-        bury('', GONE, message_id, reported, now)
+        bury('', GONE, message_id, reported)
         status = 2
       else
         -- The message comes back as a new entry that remembers its id (i) and its
@@ -203,7 +211,7 @@ for i = 6, #ARGV, 6 do
       end
       complete(id, message_id)
       forget(id, message_id)
-      bury(body, arg, message_id, reported, now)
+      bury(body, arg, message_id, reported)
       status = 1
     else
       return redis.error_reply('ERR unknown fenced operation ' .. tostring(op))

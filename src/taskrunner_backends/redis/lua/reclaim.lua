@@ -19,14 +19,15 @@ local group, consumer, default_lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local need, cursor, budget = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local GONE = 'payload removed from the stream while pending'
 
-local function now_ms()
+-- Dead-letter times in ms with microseconds, as fenced.lua writes them.
+local function stamp()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[2])
+  return string.format('%d.%03d', tonumber(t[1]) * 1000 + math.floor(us / 1000), us % 1000)
 end
 
 local items = {}
 local deleted = 0
-local now = nil
 local scanned = 0
 while need > 0 and scanned < budget do
   local start = '-'
@@ -51,7 +52,6 @@ while need > 0 and scanned < budget do
       else
         -- 7.0+: XCLAIM dropped the PEL entry because its payload was deleted. Record
         -- the message it held and its real delivery count as a dead letter.
-        now = now or now_ms()
         local message_id, total = id, count
         local origin = redis.call('HGET', origins, id)
         if origin then
@@ -63,7 +63,7 @@ while need > 0 and scanned < budget do
           redis.call('HDEL', moved, message_id)
         end
         local dead_id = redis.call('XADD', dead, '*', 'b', '', 'r', GONE, 'o', message_id,
-          'c', total, 't', now)
+          'c', total, 't', stamp())
         redis.call('HSET', dead_ids, message_id, dead_id)
         deleted = deleted + 1
       end
