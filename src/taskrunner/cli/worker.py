@@ -68,6 +68,10 @@ async def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     ``async def`` tasks (their messages are released) and keeps waiting, with their
     leases heartbeated, for plain ``def`` tasks, whose threads cannot be interrupted;
     the third exits at once, leaving those messages leased until their leases lapse.
+
+    With ``--processes N`` (N > 1) this process runs no tasks: it supervises N such
+    workers (`taskrunner.cli.supervisor`) and returns their verdict (0 when all
+    exited 0, 1 when one failed, 2 when one reported a configuration error).
     """
     if settings.app is None:
         raise UsageError(
