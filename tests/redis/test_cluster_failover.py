@@ -1,0 +1,103 @@
+"""A master of a Redis Cluster dies under a partitioned queue: its replica takes over.
+
+Its own private cluster (3 masters + 3 replicas), since the test kills a master. With
+``durable=replica`` every add was confirmed by a replica before it returned, so no
+acknowledged message may be lost by the failover; the handles opened before the kill
+keep working once the replica is promoted (MOVED or a refreshed slot map).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from taskrunner.errors import BackendUnavailableError
+from taskrunner_backends.redis import PartitionedQueue, open_cluster_from_url
+from taskrunner_backends.redis.keys import key_slot
+from taskrunner_backends.redis.local_cluster import LocalCluster
+
+pytestmark = [pytest.mark.redis, pytest.mark.cluster]
+
+# Generous: failover takes about node_timeout + an election (~4 s here), and CI is small.
+DEADLINE_SECONDS = 60.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    local = LocalCluster.from_env()
+    local.start()
+    try:
+        yield local
+    finally:
+        local.cleanup()
+
+
+async def _retrying(action: str, call: object) -> object:
+    """Await `call()` until it stops raising BackendUnavailableError (bounded)."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while True:
+        try:
+            return await call()  # type: ignore[operator]
+        except BackendUnavailableError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{action}: the cluster never came back") from None
+            await asyncio.sleep(0.05)
+
+
+async def _until_not_disconnected(call: object) -> object:
+    """Await `call()` again while it fails with a lost connection (the dead master's)."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while True:
+        try:
+            return await call()  # type: ignore[operator]
+        except BackendUnavailableError as exc:
+            if "no replica" in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+async def test_acknowledged_durable_adds_survive_a_master_failover_and_handles_recover(
+    cluster: LocalCluster,
+) -> None:
+    queue = await open_cluster_from_url(
+        cluster.url(namespace="failover", shards=3, durable="replica"), queue_name="q"
+    )
+    assert isinstance(queue, PartitionedQueue)
+    try:
+        before = await queue.add([f"m{i}".encode() for i in range(30)])
+        # Half of them are in flight under a long lease when the master dies.
+        held = await queue.receive("w", max_messages=15, wait_seconds=5, lease_seconds=120)
+        assert len(held) == 15
+        victim = cluster.master_for_slot(key_slot(queue.shards[0].keys.stream))
+        cluster.kill(victim)
+        await asyncio.to_thread(cluster.wait_for_failover, victim)
+
+        # The promoted replica has no replica of its own: a durable add to its shard
+        # must refuse rather than claim a safety it does not have ...
+        with pytest.raises(BackendUnavailableError, match="no replica received"):
+            await _until_not_disconnected(lambda: queue.add([b"unsafe"] * 3))
+        # ... until the old master is back, as its replica.
+        await asyncio.to_thread(cluster.restart, victim)
+        after = await _retrying("add after the failover", lambda: queue.add([b"late"] * 3))
+        assert isinstance(after, list)
+        acked = await _retrying("ack after the failover", lambda: queue.ack(held))
+        assert acked == [], "a lease held through the failover was lost (replicated PEL)"
+        seen = {d.message_id for d in held}
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        wanted = set(before) | set(after)
+        while not wanted <= seen:
+            assert time.monotonic() < deadline, f"never delivered: {sorted(wanted - seen)}"
+            got = await _retrying(
+                "receive",
+                lambda: queue.receive("w", max_messages=50, wait_seconds=1, lease_seconds=120),
+            )
+            assert isinstance(got, list)
+            seen.update(d.message_id for d in got)
+            assert await queue.ack(got) == []
+        assert await queue.len() == 0
+    finally:
+        await _retrying("delete", queue.delete_queue)
+        await queue.aclose()
