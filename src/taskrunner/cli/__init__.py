@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="taskrunner",
         description="Run and operate taskrunner workers.",
-        epilog="Exit codes: 0 success, 1 backend failure or id not found, "
+        epilog="Exit codes: 0 success, 1 backend failure, id not found or a failed worker child, "
         "2 usage or configuration error, 130 interrupted, 141 output pipe closed.",
     )
     parser.add_argument("--version", action="version", version=f"taskrunner {__version__}")
