@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+import redis
 
 from taskrunner.errors import BackendUnavailableError
 from taskrunner_backends.redis import PartitionedQueue, open_cluster_from_url
 from taskrunner_backends.redis.keys import key_slot
-from taskrunner_backends.redis.local_cluster import LocalCluster
+from taskrunner_backends.redis.local_cluster import LocalCluster, LocalClusterNode
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 
@@ -98,6 +100,89 @@ async def test_acknowledged_durable_adds_survive_a_master_failover_and_handles_r
             seen.update(d.message_id for d in got)
             assert await queue.ack(got) == []
         assert await queue.len() == 0
+    finally:
+        await _retrying("delete", queue.delete_queue)
+        await queue.aclose()
+
+
+def _command(node: LocalClusterNode, *args: object) -> Any:
+    client = redis.Redis(host=node.host, port=node.port)
+    try:
+        return client.execute_command(*args)  # type: ignore[no-untyped-call]
+    finally:
+        client.close()
+
+
+def _migrate_slot(cluster: LocalCluster, slot: int, *, pause: Callable[[], None]) -> None:
+    """Move `slot` and its keys to another master, as ``redis-cli --cluster reshard`` does.
+
+    `pause` runs while the slot is half migrated (half its keys moved, the slot
+    MIGRATING on the source and IMPORTING on the target).
+    """
+    cluster.refresh()
+    source = cluster.master_for_slot(slot)
+    target = next(m for m in cluster.masters if m.port != source.port)
+    _command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.node_id)
+    _command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.node_id)
+    keys = _command(source, "CLUSTER", "GETKEYSINSLOT", slot, 1000)
+    assert len(keys) >= 2, keys
+    half = len(keys) // 2
+    for batch in (keys[:half], keys[half:]):
+        _command(source, "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *batch)
+        if len(batch) == half:
+            pause()
+    for node in cluster.masters:
+        _command(node, "CLUSTER", "SETSLOT", slot, "NODE", target.node_id)
+
+
+async def test_a_shard_whose_slot_is_resharded_to_another_master_loses_nothing(
+    cluster: LocalCluster,
+) -> None:
+    """Slot migration under live handles: ASK/TRYAGAIN while half moved, MOVED after.
+
+    While the slot is half migrated a call may fail as unavailable (a script's keys are
+    split: TRYAGAIN); after the migration every handle follows MOVED by itself. Nothing
+    is lost and no lease taken before the move is broken by it.
+    """
+    queue = await open_cluster_from_url(cluster.url(namespace="reshard", shards=3), queue_name="q")
+    assert isinstance(queue, PartitionedQueue)
+    try:
+        before = await queue.add([f"m{i}".encode() for i in range(30)])
+        held = await queue.receive("w", max_messages=6, wait_seconds=5, lease_seconds=120)
+        slot = key_slot(queue.shards[0].keys.stream)
+        outcomes: list[object] = []
+
+        def midway() -> None:
+            async def probe() -> None:
+                try:
+                    outcomes.append(await queue.len())
+                except BackendUnavailableError as exc:
+                    outcomes.append(exc)
+
+            asyncio.run_coroutine_threadsafe(probe(), loop).result(timeout=30)
+
+        loop = asyncio.get_running_loop()
+        await asyncio.to_thread(_migrate_slot, cluster, slot, pause=midway)
+        assert len(outcomes) >= 1
+        after = await _retrying("add after the move", lambda: queue.add([b"late"] * 3))
+        assert isinstance(after, list)
+        assert await _retrying("ack after the move", lambda: queue.ack(held)) == []
+        seen = {d.message_id for d in held}
+        wanted = set(before) | set(after)
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while not wanted <= seen:
+            assert time.monotonic() < deadline, f"never delivered: {sorted(wanted - seen)}"
+            got = await _retrying(
+                "receive",
+                lambda: queue.receive("w", max_messages=50, wait_seconds=1, lease_seconds=120),
+            )
+            assert isinstance(got, list)
+            seen.update(d.message_id for d in got)
+            assert await queue.ack(got) == []
+        assert await queue.len() == 0
+        # The handle's slot map followed the move (MOVED), without a reconnect by hand.
+        owner = queue._cluster.nodes_manager.get_node_from_slot(slot)
+        assert int(owner.port) == cluster.master_for_slot(slot).port
     finally:
         await _retrying("delete", queue.delete_queue)
         await queue.aclose()

@@ -9,7 +9,7 @@ redis-py / stdlib                           taskrunner
 ==========================================  ===============================
 ConnectionError, TimeoutError, OSError,      BackendUnavailableError
 BusyLoadingError, READONLY, TRYAGAIN,
-MASTERDOWN, TimeoutError
+MASTERDOWN, CLUSTERDOWN
 AuthenticationError, NoPermissionError       BackendError (retrying will not help)
 any other RedisError (e.g. OOM)              BackendError
 ==========================================  ===============================
@@ -39,6 +39,9 @@ class GroupMissingError(BackendError):
 _TRANSIENT_PREFIXES = ("READONLY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "BUSY ")
 
 
+_TRANSIENT_TYPES = (rx.ReadOnlyError, rx.TryAgainError, rx.ClusterDownError)
+
+
 @contextmanager
 def translate_errors(action: str) -> Iterator[None]:
     """Translate exceptions raised inside the block; `action` names what was attempted."""
@@ -54,7 +57,8 @@ def translate_errors(action: str) -> Iterator[None]:
         message = str(exc)
         if message.startswith("NOGROUP"):
             raise GroupMissingError(f"{action}: {message}") from exc
-        if message.startswith(_TRANSIENT_PREFIXES) or isinstance(exc, rx.ReadOnlyError):
+        # redis-py strips the prefix of the cluster errors it has classes for.
+        if message.startswith(_TRANSIENT_PREFIXES) or isinstance(exc, _TRANSIENT_TYPES):
             raise BackendUnavailableError(f"{action}: server unavailable: {message}") from exc
         raise BackendError(f"{action}: the server replied with an error: {message}") from exc
     except rx.RedisError as exc:
