@@ -41,9 +41,9 @@ are deleted (SCAN MATCH + UNLINK) at the end.
 
 The scaling table: ``python bench/throughput.py --scale`` (or ``nox -s bench -- --scale``;
 ``--runs`` defaults to 1 here, ``-n`` is jobs per row, ``--url`` replaces the private
-single node, ``--server`` also picks the cluster's binary). The full run (n = 20000)
-took about 4 minutes on a loaded 2-core machine, most of it the rows of the shipped
-defaults and of the cluster. Rows: job x shards x processes:
+single node, ``--server`` also picks the cluster's binary). The full run (n = 20000,
+13 rows) takes about 2.5 minutes on a 2-core machine (7.5 with ``--runs 3``), about
+half of it the incr rows. Rows: job x shards x processes:
 
 * jobs: ``noop`` (an async no-op task) and ``incr`` (one INCR of one of 64 counters,
   through the worker's own redis.asyncio client, a `RedisCluster` on the cluster;
