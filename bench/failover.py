@@ -18,11 +18,12 @@ also WAITs for one replica; skipped, and said so, when the backend refuses the o
    dispatch returned ("acknowledged adds") and every failed dispatch with its error,
    and one `Runner` whose task appends its message id to a Python list (outside the
    cluster, so the failover cannot lose the record);
-3. after ``--before`` seconds SIGKILLs the master serving shard 0's slot, waits for
-   its replica to take over (`LocalCluster.wait_for_failover`, in a thread while the
-   producer keeps going), produces ``--after`` more seconds, restarts the killed node
-   (it rejoins as a replica of the new master: without that, a durable add to shard 0
-   has no replica left to confirm it), produces ``--after-restart`` more seconds;
+3. after ``--before`` seconds SIGKILLs the master serving shard 0's slot (or
+   ``--kill-shard``'s), waits for its replica to take over
+   (`LocalCluster.wait_for_failover`, in a thread while the producer keeps going),
+   produces ``--after`` more seconds, restarts the killed node (it rejoins as a
+   replica of the new master: without that, a durable add to that shard has no
+   replica left to confirm it), produces ``--after-restart`` more seconds;
 4. stops producing and lets the runner drain until every acknowledged add ran and the
    queue is empty (at most ``--drain-timeout`` seconds), then stops everything.
 
@@ -210,7 +211,7 @@ async def _run_on(
         ctx = taskrunner.current_task()
         state.runs.append((ctx.message_id, seq, _now(), ctx.delivery_count))
 
-    slot = key_slot(queue.shards[0].keys.stream)
+    slot = key_slot(queue.shards[args.kill_shard].keys.stream)
     victim = cluster.master_for_slot(slot)
     config = taskrunner.RunnerConfig(
         num_fetchers=1,
@@ -322,6 +323,9 @@ def _measure(
     during = collections.Counter(
         _shard_of(mid) for mid, _, t, _ in state.runs if t_kill <= t < state.t_failover
     )
+    added_during = collections.Counter(
+        _shard_of(mid) for mid, (_, began, _) in state.acked.items() if t_kill <= began < t_failover
+    )
     times = sorted(t for _, _, t, _ in state.runs if t >= t_kill)
     gaps = [(b - a, a) for a, b in zip([t_kill, *times], times, strict=False)]
     gap, gap_at = max(gaps, default=(0.0, t_kill))
@@ -363,6 +367,7 @@ def _measure(
         "runner_log_window_s": (
             [round(min(error_times), 3), round(max(error_times), 3)] if error_times else None
         ),
+        "adds_during_outage_by_shard": {str(k): added_during[k] for k in range(SHARDS)},
         "runs_during_outage_by_shard": {str(k): during[k] for k in range(SHARDS)},
         "longest_run_gap_s": round(gap, 3),
         "longest_run_gap_from_kill_s": round(gap_at - t_kill, 3),
@@ -492,7 +497,8 @@ def _print_run(index: int, r: dict[str, Any]) -> None:
         f"killed node restarted (rejoined as replica) {r['restart_from_kill_s']} s after the kill"
     )
     print(
-        f"    runs by shard between kill and failover: {r['runs_during_outage_by_shard']}; "
+        f"    between kill and failover, acknowledged adds by shard: "
+        f"{r['adds_during_outage_by_shard']}, runs by shard: {r['runs_during_outage_by_shard']}; "
         f"longest gap without any task run: {r['longest_run_gap_s']} s "
         f"(starting {r['longest_run_gap_from_kill_s']} s after the kill)"
     )
@@ -543,6 +549,13 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0, help="adds/s; 0: unpaced")
     parser.add_argument(
         "--producers", type=int, default=1, help="concurrent producer loops sharing --rate"
+    )
+    parser.add_argument(
+        "--kill-shard",
+        type=int,
+        default=0,
+        choices=range(SHARDS),
+        help="kill the master of this shard (0: also redis-py's default node)",
     )
     parser.add_argument("--before", type=float, default=2.0)
     parser.add_argument("--after", type=float, default=3.0)
