@@ -186,3 +186,48 @@ async def test_a_shard_whose_slot_is_resharded_to_another_master_loses_nothing(
     finally:
         await _retrying("delete", queue.delete_queue)
         await queue.aclose()
+
+
+async def test_while_one_master_is_down_the_other_shards_keep_adding_and_delivering(
+    cluster: LocalCluster,
+) -> None:
+    """Before its replica is promoted, a dead master stops only its own shard.
+
+    The victim serves shard 0 and slot 0 (redis-py's default node): adds to the other
+    shards go on, and a receive on the partitioned queue skips the dead shard and
+    delivers theirs instead of failing as a whole.
+    """
+    queue = await open_cluster_from_url(cluster.url(namespace="outage", shards=3), queue_name="o")
+    producer = await open_cluster_from_url(
+        cluster.url(namespace="outage", shards=3), queue_name="o"
+    )
+    assert isinstance(queue, PartitionedQueue)
+    assert isinstance(producer, PartitionedQueue)
+    killed = None
+    try:
+        await queue.len()
+        await producer.len()
+        cluster.wait_until_healthy()
+        # Another queue name than the other tests': their resharding moved q's shard 0.
+        victim = cluster.master_for_slot(key_slot(queue.shards[0].keys.stream))
+        assert victim.port == cluster.master_for_slot(0).port
+        cluster.kill(victim)
+        killed = victim
+        with pytest.raises(BackendUnavailableError):
+            await producer.shards[0].add([b"to the dead shard"])
+        added = [*await producer.shards[1].add([b"one"]), *await producer.shards[2].add([b"two"])]
+        assert len(added) == 2
+        got = await queue.receive("w", max_messages=10, wait_seconds=2, lease_seconds=60)
+        got += await queue.receive("w", max_messages=10, wait_seconds=2, lease_seconds=60)
+        assert sorted(d.body for d in got) == [b"one", b"two"]
+        # Still before the promotion: the dead shard was skipped, not waited for.
+        with pytest.raises(BackendUnavailableError):
+            await producer.shards[0].add([b"to the dead shard"])
+        assert await queue.ack(got) == []
+    finally:
+        if killed is not None:
+            await asyncio.to_thread(cluster.wait_for_failover, killed)
+            await asyncio.to_thread(cluster.restart, killed)
+        await _retrying("delete", queue.delete_queue)
+        await queue.aclose()
+        await producer.aclose()

@@ -13,8 +13,8 @@ Topology changes are redis-py's: its nodes manager keeps the slots cache.
   refused command did not run, so resending it is safe, fenced or not);
 * ``ASK`` (the slot is being migrated and this key is already on the target) resends
   the refused command to the target, preceded by ``ASKING`` on the same connection;
-* a lost connection, ``CLUSTERDOWN`` or an uncovered slot marks the cluster client for
-  re-initialisation (``CLUSTER SLOTS`` again on the next call) and raises
+* a lost connection, ``CLUSTERDOWN`` or an uncovered slot marks this shard's slot map
+  stale (`Topology`: ``CLUSTER SLOTS`` again before its next call) and raises
   `BackendUnavailableError`, since a command that may have run is never resent here:
   the runner's loops back off and retry, as after any outage.
 """
@@ -22,6 +22,7 @@ Topology changes are redis-py's: its nodes manager keeps the slots cache.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,23 +34,75 @@ from taskrunner.errors import BackendError, BackendUnavailableError
 from .client import Arg, RawClient
 from .errors import translate_errors
 
-__all__ = ["MAX_REDIRECTS", "SlotClient"]
+__all__ = ["MAX_REDIRECTS", "MIN_REFRESH_SECONDS", "SlotClient", "Topology"]
+
+# Shortest time between two slot-map refreshes after failures (seconds): a dead master
+# makes every call of its shard fail until its replica is promoted, and each would
+# otherwise ask the cluster again.
+MIN_REFRESH_SECONDS = 0.25
 
 # How many MOVED/ASK rounds one call follows before it gives up as unavailable: a slot
 # moves once per failover or migration step, so more means the topology is in flux.
 MAX_REDIRECTS = 5
 
 
-class SlotClient(RawClient):
-    """A `RawClient` whose commands all go to the master of hash slot `slot` of `cluster`."""
+class Topology:
+    """The slot map of one cluster client, shared by the `SlotClient` of every shard.
 
-    def __init__(self, cluster: RedisCluster, slot: int) -> None:
+    The first use runs redis-py's full initialisation. A refresh after a failure reads
+    only the slot map (``NodesManager.initialize``: ``CLUSTER SLOTS`` from the first
+    startup node that answers, failed nodes tried last), and at most once per
+    `MIN_REFRESH_SECONDS`. Not ``RedisCluster.initialize`` again: it also sends
+    ``COMMAND`` to the default node, the master of slot 0, so while that one master
+    was down every shard failed, not only the one it served.
+    """
+
+    def __init__(self, cluster: RedisCluster) -> None:
+        self.cluster = cluster
+        self._lock: asyncio.Lock | None = None
+        self._refreshed_at = -math.inf
+
+    async def ready(self) -> None:
+        """Initialise the cluster client on first use."""
+        if not self.cluster._initialize:
+            return
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            await self.cluster.initialize()
+
+    async def refresh(self) -> None:
+        """Read the slot map again, unless another shard did so a moment ago."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            now = asyncio.get_running_loop().time()
+            if now - self._refreshed_at < MIN_REFRESH_SECONDS:
+                return
+            self._refreshed_at = now
+            await self.cluster.nodes_manager.initialize()
+
+    def failed(self, node: ClusterNode) -> None:
+        """`node` could not be reached: try it last when refreshing the slot map."""
+        move = getattr(self.cluster.nodes_manager, "move_node_to_end_of_cached_nodes", None)
+        if move is not None:
+            move(node.name)
+
+
+class SlotClient(RawClient):
+    """A `RawClient` whose commands all go to the master of hash slot `slot` of a cluster."""
+
+    def __init__(self, topology: Topology, slot: int) -> None:
         # Deliberately not RawClient.__init__: there is no single pool to borrow from.
-        self.client = cluster  # type: ignore[assignment]
-        self._cluster = cluster
+        self.client = topology.cluster  # type: ignore[assignment]
+        self._cluster = topology.cluster
+        self._topology = topology
         self.slot = slot
         self._owners: dict[int, ClusterNode] = {}
         self._asking: ClusterNode | None = None
+        # This shard's node failed: refresh the slot map before its next command.
+        self._stale = False
+        self._last_node: ClusterNode | None = None
 
     def connection_kwargs(self) -> dict[str, Any]:
         """The options the cluster client makes node connections with."""
@@ -58,11 +111,21 @@ class SlotClient(RawClient):
     async def _node(self) -> ClusterNode:
         with translate_errors("cluster topology"):
             try:
-                await self._cluster.initialize()
-                return self._cluster.nodes_manager.get_node_from_slot(self.slot)
+                await self._topology.ready()
+                if self._stale:
+                    await self._topology.refresh()
+                    self._stale = False
+                node = self._cluster.nodes_manager.get_node_from_slot(self.slot)
             except rx.RedisClusterException as exc:
-                self._cluster._initialize = True
                 raise BackendUnavailableError(f"cluster topology: {exc}") from exc
+        self._last_node = node
+        return node
+
+    def _lost(self) -> None:
+        """The node of this slot failed: ask the cluster where the slot is before next use."""
+        self._stale = True
+        if self._last_node is not None:
+            self._topology.failed(self._last_node)
 
     async def _acquire(self) -> Any:
         node = self._asking if self._asking is not None else await self._node()
@@ -107,7 +170,7 @@ class SlotClient(RawClient):
                     stop=stop,
                 )
             except BackendUnavailableError:
-                self._cluster._initialize = True
+                self._lost()
                 raise
             except BackendError as exc:
                 cause = exc.__cause__
@@ -142,7 +205,7 @@ class SlotClient(RawClient):
                 got = await RawClient.pipeline(self, action, batch, read_timeout=read_timeout)
             except BackendUnavailableError:
                 # The node may be gone for good (failover): ask the cluster again next time.
-                self._cluster._initialize = True
+                self._lost()
                 raise
             finally:
                 self._asking = None
@@ -163,7 +226,7 @@ class SlotClient(RawClient):
                     redo.append(i)
                 else:
                     if isinstance(reply, rx.ClusterDownError):
-                        self._cluster._initialize = True
+                        self._lost()
                     replies[i] = reply
             if not redo:
                 return replies

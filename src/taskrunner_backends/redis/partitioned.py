@@ -66,7 +66,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
 from taskrunner.clock import Clock, SystemClock
-from taskrunner.errors import ConfigurationError, QueueClosedError
+from taskrunner.errors import BackendUnavailableError, ConfigurationError, QueueClosedError
 from taskrunner.queue import (
     Added,
     AddRequest,
@@ -91,7 +91,7 @@ from taskrunner.queue import (
 )
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
-from .cluster_client import SlotClient
+from .cluster_client import SlotClient, Topology
 from .cluster_url import split_cluster_url
 from .errors import translate_errors
 from .keys import QueueKeys, key_slot, shard_tag
@@ -112,6 +112,8 @@ from .queue import (
 
 __all__ = [
     "MAX_SHARDS",
+    "SHARD_RETRY_MAX_SECONDS",
+    "SHARD_RETRY_MIN_SECONDS",
     "UNWATCHED_RECHECK_SECONDS",
     "PartitionedQueue",
     "open_cluster_from_url",
@@ -122,6 +124,11 @@ _log = logging.getLogger("taskrunner_backends.redis")
 
 #: Most shards one queue may have (each costs K round trips per idle poll and K keys).
 MAX_SHARDS = 1024
+
+#: How long receives and reclaims skip a shard after it failed (seconds): doubling from
+#: the first to the second figure while it keeps failing. The others go on meanwhile.
+SHARD_RETRY_MIN_SECONDS = 0.25
+SHARD_RETRY_MAX_SECONDS = 5.0
 
 #: Longest a blocked receive lasts (seconds) while some shard has no blocked reader
 #: of this handle: a message on such a shard waits at most this long for a receive.
@@ -199,6 +206,7 @@ class PartitionedQueue:
         self._owns_client = owns_client
         self._display = _display or "redis cluster"
         tags = [shard_tag(queue_name, i, shards) for i in range(shards)]
+        topology = Topology(cluster)
         self._shards = [
             RedisStreamsQueue(
                 cluster,  # type: ignore[arg-type]
@@ -208,7 +216,7 @@ class PartitionedQueue:
                 _display=f"{self._display} shard {i}",
                 durable=durable,
                 _shard=tag,
-                _raw=SlotClient(cluster, key_slot("{" + tag + "}")),
+                _raw=SlotClient(topology, key_slot("{" + tag + "}")),
             )
             for i, tag in enumerate(tags)
         ]
@@ -224,6 +232,9 @@ class PartitionedQueue:
         self._next_receive = start
         self._next_reclaim = start
         self._watchers = [0] * shards
+        # Per shard: until when receives skip it after it failed, and the current backoff.
+        self._down_until = [0.0] * shards
+        self._down_for = [0.0] * shards
         self._watch_ended: asyncio.Event | None = None
 
     def __repr__(self) -> str:
@@ -388,6 +399,34 @@ class PartitionedQueue:
         )
         return token[0], inner
 
+    def _usable(self, order: list[int]) -> list[int]:
+        """`order` without the shards skipped after a failure; all of them if none is left."""
+        now = self._clock.monotonic()
+        live = [s for s in order if self._down_until[s] <= now]
+        return live or order
+
+    def _shard_failed(self, shard: int, error: Exception) -> None:
+        """Skip `shard` in receives and reclaims for a while (doubling, capped)."""
+        first = self._down_for[shard] == 0
+        self._down_for[shard] = min(
+            max(2 * self._down_for[shard], SHARD_RETRY_MIN_SECONDS), SHARD_RETRY_MAX_SECONDS
+        )
+        self._down_until[shard] = self._clock.monotonic() + self._down_for[shard]
+        if first:
+            _log.warning(
+                "%r: shard %d unavailable (%s); receiving from the others, retrying it "
+                "with backoff",
+                self,
+                shard,
+                error,
+            )
+
+    def _shard_ok(self, shard: int) -> None:
+        if self._down_for[shard]:
+            _log.info("%r: shard %d is back", self, shard)
+        self._down_for[shard] = 0.0
+        self._down_until[shard] = 0.0
+
     def _rotation(self, attribute: str) -> list[int]:
         start = getattr(self, attribute)
         setattr(self, attribute, (start + 1) % self._count)
@@ -479,7 +518,7 @@ class PartitionedQueue:
         self._check_open()
         deadline = self._clock.monotonic() + wait_seconds
         while True:
-            order = self._rotation("_next_receive")
+            order = self._usable(self._rotation("_next_receive"))
             got = await self._poll(order, consumer, max_messages, lease_seconds)
             if got:
                 return got
@@ -522,16 +561,25 @@ class PartitionedQueue:
                 order, consumer, max_messages, 0.0, lease_seconds, stop=None
             )
         found: list[Delivery] = []
+        errors: list[Exception] = []
         for s in order:
-            got = await self._shards[s].receive(
-                consumer,
-                max_messages=max_messages - len(found),
-                wait_seconds=0.0,
-                lease_seconds=lease_seconds,
-            )
+            try:
+                got = await self._shards[s].receive(
+                    consumer,
+                    max_messages=max_messages - len(found),
+                    wait_seconds=0.0,
+                    lease_seconds=lease_seconds,
+                )
+            except BackendUnavailableError as exc:
+                self._shard_failed(s, exc)
+                errors.append(exc)
+                continue
+            self._shard_ok(s)
             found.extend(self._wrap(s, d) for d in got)
             if len(found) >= max_messages:
                 break
+        if errors and len(errors) == len(order):
+            raise errors[0]
         return found
 
     async def _await_watch_end(self, seconds: float) -> None:
@@ -574,21 +622,31 @@ class PartitionedQueue:
 
         async def guarded(s: int, share: int) -> list[Delivery] | BaseException:
             try:
-                return await one(s, share)
+                got = await one(s, share)
+            except BackendUnavailableError as exc:
+                # Skipped for a while; the other shards go on (one dead master must not
+                # stop the queue).
+                self._shard_failed(s, exc)
+                return exc
             except Exception as exc:
                 if stop is not None:
                     stop.set()
                 return exc
+            self._shard_ok(s)
+            return got
 
         outcomes = await asyncio.gather(
             *(guarded(s, n) for s, n in zip(shards, shares, strict=True))
         )
         deliveries = [d for o in outcomes if not isinstance(o, BaseException) for d in o]
         errors = [o for o in outcomes if isinstance(o, BaseException)]
-        if errors and not deliveries:
+        unreachable = [e for e in errors if isinstance(e, BackendUnavailableError)]
+        if errors and not deliveries and (len(errors) == len(shards) or errors != unreachable):
+            # Every shard failed, or one failed otherwise: the caller backs off.
             raise errors[0]
         for error in errors:
-            _log.warning("%r: a shard failed while another delivered: %s", self, error)
+            if error not in unreachable:
+                _log.warning("%r: a shard failed while another delivered: %s", self, error)
         return deliveries
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
@@ -643,13 +701,23 @@ class PartitionedQueue:
         _check_consumer(consumer)
         self._check_open()
         found: list[Delivery] = []
-        for s in self._rotation("_next_reclaim"):
-            got = await self._shards[s].reclaim(
-                consumer, lease_seconds=lease_seconds, max_messages=max_messages - len(found)
-            )
+        order = self._usable(self._rotation("_next_reclaim"))
+        errors: list[BackendUnavailableError] = []
+        for s in order:
+            try:
+                got = await self._shards[s].reclaim(
+                    consumer, lease_seconds=lease_seconds, max_messages=max_messages - len(found)
+                )
+            except BackendUnavailableError as exc:
+                self._shard_failed(s, exc)
+                errors.append(exc)
+                continue
+            self._shard_ok(s)
             found.extend(self._wrap(s, d) for d in got)
             if len(found) >= max_messages:
                 break
+        if errors and len(errors) == len(order):
+            raise errors[0]
         return found
 
     async def stats(self) -> QueueStats:
