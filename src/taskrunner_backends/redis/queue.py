@@ -21,15 +21,18 @@ back or complete somebody else's lease. The delivery count is the lease's epoch,
 consumer that reclaims its own lapsed message cannot act with its old receipt (ABA).
 A heartbeat is ``XCLAIM <same consumer> 0 <id> JUSTID``: idle resets, count stays.
 Ack deletes the entry in the same script (``XACKDEL`` where the server has it, found
-with COMMAND INFO; ``XACK`` + ``XDEL`` otherwise), so the stream holds only ready and
-in-flight messages and never grows with completed work.
+with COMMAND INFO; ``XACK`` + ``XDEL`` otherwise; one command for the whole batch, after
+every entry was checked), so the stream holds only ready and in-flight messages and
+never grows with completed work.
 
 Release with a delay. Release atomically removes the entry and re-adds the message
 (an XCLAIM with a shifted IDLE would hand it to `reclaim`, and the contract says
 released messages come back through `receive`):
 with no delay straight onto the stream, with a delay into a parked stream plus a
 sorted set keyed by the due time (server clock). `receive` promotes due messages
-in the same script that reads new entries and never blocks past the next due time,
+with a script sent in the same write as its XREADGROUP, just before it (so the read
+sees them; the read itself is no script, whose reply would cost a Lua table per
+entry), and never blocks past the next due time,
 so a released message is redelivered no earlier than its delay and is never lost
 (it is in exactly one place at any instant). A message parked by another client while
 a receive blocks is invisible to that XREADGROUP; the doorbell (below) wakes the
@@ -884,15 +887,8 @@ class RedisStreamsQueue:
         # the ring announced, and hands it on if it returns before that (see `_hand_on`).
         woken = False
         while True:
-            reply = await self._script(
-                "receive",
-                "receive",
-                self._keys.scheduling,
-                (self._keys.group, holder, max_messages, PROMOTE_BATCH, *rings),
-            )
+            next_due_ms, entries = await self._receive_now(holder, max_messages, rings)
             rings = []
-            next_due_ms = _as_int(reply[0])
-            entries = [(_as_str(reply[i]), reply[i + 1]) for i in range(1, len(reply), 2)]
             if entries:
                 deliveries = await self._accept(consumer, lease_ms, entries)
                 if deliveries:
@@ -926,6 +922,48 @@ class RedisStreamsQueue:
                 woken = True
             elif block >= remaining or (stop is not None and stop.is_set()):
                 return await self._hand_on([], woken, next_due_ms, rings)
+
+    async def _receive_now(
+        self, holder: str, max_messages: int, rings: list[str]
+    ) -> tuple[int, list[tuple[str, object]]]:
+        """Promote due messages and lease new entries without blocking, in one round trip.
+
+        Returns the ms until the next delayed message is due (-1: none) and the entries.
+        The promotion script goes first in the same write, so what it promotes is read.
+        """
+        keys = self._keys.scheduling
+        prepare_args: tuple[Arg, ...] = (self._keys.group, PROMOTE_BATCH, *rings)
+        read: tuple[Arg, ...] = (
+            "XREADGROUP",
+            "GROUP",
+            self._keys.group,
+            holder,
+            "COUNT",
+            max_messages,
+            "STREAMS",
+            self._keys.stream,
+            ">",
+        )
+        prepare: tuple[Arg, ...] = ("EVALSHA", SCRIPTS["receive"].sha, len(keys), *keys)
+        due, reply = await self._raw.pipeline("receive", [(*prepare, *prepare_args), read])
+        if isinstance(reply, Exception):
+            if not str(reply).startswith("NOGROUP"):
+                with translate_errors("receive"):
+                    raise reply
+            # First use of the queue by a worker, or the group was deleted: create it at 0.
+            self._group_missing("receive")
+            await self._create_group()
+            reply = await self._raw.call("receive", *read)
+        entries, _ = _stream_entries(reply)
+        if isinstance(due, Exception):
+            if not (is_no_script(due) or str(due).startswith("NOGROUP")):
+                with translate_errors("receive"):
+                    raise due
+            # Not loaded (a restart, SCRIPT FLUSH) or the bell's group is gone: run it
+            # again through the path that loads it and recreates groups. The entries
+            # read meanwhile are leased already and are returned all the same.
+            due = await self._script("receive", "receive", keys, prepare_args)
+        return _as_int(due), entries
 
     async def _hand_on(
         self, deliveries: list[Delivery], woken: bool, next_due_ms: int, rings: list[str]

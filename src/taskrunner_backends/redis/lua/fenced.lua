@@ -27,7 +27,14 @@ end
 
 -- Current lease: pending, owned by `consumer`, and not redelivered since the
 -- receipt was issued (the delivery count is the epoch; it defeats ABA).
+-- Entries acked earlier in this call: their XACK is deferred to the end (below), so
+-- they still look pending to XPENDING; a second ack of one in the same call is stale.
+local finished = {}
+
 local function owned(id, consumer, count)
+  if finished[id] then
+    return false
+  end
   local p = redis.pcall('XPENDING', stream, group, id, id, 1)
   if type(p) ~= 'table' or p.err or #p == 0 then
     return false
@@ -70,6 +77,38 @@ local function complete(id, message_id)
   else
     redis.call('XACK', stream, group, id)
     redis.call('XDEL', stream, id)
+  end
+end
+
+-- Ack's share of `complete`, batched: one XACK and one XDEL (or one XACKDEL) for every
+-- entry the call completes instead of two commands each, which was most of an ack's
+-- server time. Nothing between here and the end of the script reads the PEL of these
+-- entries but `owned`, which consults `finished` first.
+local acked = {}
+local function complete_later(id, message_id)
+  if id ~= message_id then
+    redis.call('HDEL', origins, id)
+  end
+  finished[id] = true
+  acked[#acked + 1] = id
+end
+
+local function flush_acked()
+  if #acked == 0 then
+    return
+  end
+  if has_xackdel then
+    local r = redis.call('XACKDEL', stream, group, 'IDS', #acked, unpack(acked))
+    for i = 1, #acked do
+      -- Reply codes differ between servers; make sure the PEL entry is gone.
+      if r[i] ~= 1 then
+        redis.call('XACK', stream, group, acked[i])
+        redis.call('XDEL', stream, acked[i])
+      end
+    end
+  else
+    redis.call('XACK', stream, group, unpack(acked))
+    redis.call('XDEL', stream, unpack(acked))
   end
 end
 
@@ -160,7 +199,7 @@ for i = 6, #ARGV, 6 do
       if override == 'u' then
         free_unique(fields_of(id), message_id)
       end
-      complete(id, message_id)
+      complete_later(id, message_id)
       forget(id, message_id)
       status = 1
     elseif op == 'release' then
@@ -219,4 +258,5 @@ for i = 6, #ARGV, 6 do
   end
   result[#result + 1] = status
 end
+flush_acked()
 return result

@@ -1,23 +1,25 @@
--- Promote due delayed messages, then lease new entries without blocking.
+-- Promote due delayed messages before a receive reads new entries.
 --
 -- KEYS: 1 stream, 2 dead-letter stream (unused), 3 delayed zset, 4 parked stream,
 --       5 origins hash, 6 doorbell stream, 7 moved hash, 8 uniques (unused),
 --       9 dead letters by original id (unused)
--- ARGV: 1 group, 2 consumer, 3 count, 4 most delayed messages to promote, then the
---       doorbell entries the previous blocking read of this receive got (acked and
---       deleted here, so a ring costs no round trip of its own)
--- Returns {ms until the next delayed message is due or -1, id, fields, id, fields, ...}
+-- ARGV: 1 group, 2 most delayed messages to promote, then the doorbell entries the
+--       previous blocking read of this receive got (acked and deleted here, so a ring
+--       costs no round trip of its own)
+-- Returns ms until the next delayed message is due, or -1.
 --
--- Promotion and the read share one script so a due message is readable by the same
--- call; the blocking wait happens outside (BLOCK is ignored inside scripts).
+-- The receive sends this script and its XREADGROUP in one write, the script first, so
+-- a message due now is readable by that same read. The read is not in the script: a
+-- script's reply is built from Lua tables, and converting every leased entry into one
+-- and back was a third of a receive's server time.
 
 local stream, delayed, parked, origins = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local bell, moved = KEYS[6], KEYS[7]
-local group, consumer, count, limit = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local group, limit = ARGV[1], ARGV[2]
 
-if #ARGV > 4 then
+if #ARGV > 2 then
   local rung = {}
-  for i = 5, #ARGV do
+  for i = 3, #ARGV do
     rung[#rung + 1] = ARGV[i]
   end
   redis.call('XACK', bell, group, unpack(rung))
@@ -72,12 +74,4 @@ if #first > 0 then
   next_due = math.max(0, tonumber(first[2]) - now)
 end
 
-local out = {next_due}
-local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
-if r then
-  for _, entry in ipairs(r[1][2]) do
-    out[#out + 1] = entry[1]
-    out[#out + 1] = entry[2]
-  end
-end
-return out
+return next_due
