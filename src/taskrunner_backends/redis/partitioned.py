@@ -675,6 +675,7 @@ class PartitionedQueue:
         """
         _check_deliveries(deliveries)
         _check_reason(reason)
+        self._check_open()
         lost: list[Delivery] = []
         start = 0
         while start < len(deliveries):
