@@ -25,7 +25,7 @@ def test_settings_default_to_memory_and_runner_defaults_when_nothing_is_configur
     assert settings.url == "memory://"
     assert settings.app is None
     assert settings.log_level == "info"
-    assert settings.runner.num_workers == 10
+    assert settings.runner.num_workers == 50
     assert settings.runner.tuning is None
     assert settings.config_file is None
     assert settings.source_of("url") == "default"
@@ -52,7 +52,7 @@ def test_settings_ignore_a_pyproject_without_a_taskrunner_table(tmp_path: Path) 
 
     settings = load(tmp_path)
 
-    assert settings.runner.num_workers == 10
+    assert settings.runner.num_workers == 50
     assert settings.config_file is None
 
 
@@ -109,7 +109,7 @@ def test_settings_convert_text_from_environment_for_every_kind(tmp_path: Path) -
     assert (settings.log_level, settings.log_format) == ("debug", "json")
     assert settings.metrics_port == 9464
     assert settings.runner.consumer_prefix == "blue"
-    assert settings.runner.num_workers == 10
+    assert settings.runner.num_workers == 50
 
 
 def test_settings_build_tuning_config_from_flat_keys(tmp_path: Path) -> None:
