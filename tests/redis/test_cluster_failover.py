@@ -49,6 +49,21 @@ async def _retrying(action: str, call: object) -> object:
             await asyncio.sleep(0.05)
 
 
+async def _drain(queue: PartitionedQueue, seen: set[str], wanted: set[str]) -> None:
+    """Receive and ack until every id of `wanted` was seen, then the queue must be empty."""
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not wanted <= seen:
+        assert time.monotonic() < deadline, f"never delivered: {sorted(wanted - seen)}"
+        got = await _retrying(
+            "receive",
+            lambda: queue.receive("w", max_messages=50, wait_seconds=1, lease_seconds=120),
+        )
+        assert isinstance(got, list)
+        seen.update(d.message_id for d in got)
+        assert await queue.ack(got) == []
+    assert await queue.len() == 0
+
+
 async def _until_not_disconnected(call: object) -> object:
     """Await `call()` again while it fails with a lost connection (the dead master's)."""
     deadline = time.monotonic() + DEADLINE_SECONDS
@@ -87,19 +102,7 @@ async def test_acknowledged_durable_adds_survive_a_master_failover_and_handles_r
         assert isinstance(after, list)
         acked = await _retrying("ack after the failover", lambda: queue.ack(held))
         assert acked == [], "a lease held through the failover was lost (replicated PEL)"
-        seen = {d.message_id for d in held}
-        deadline = time.monotonic() + DEADLINE_SECONDS
-        wanted = set(before) | set(after)
-        while not wanted <= seen:
-            assert time.monotonic() < deadline, f"never delivered: {sorted(wanted - seen)}"
-            got = await _retrying(
-                "receive",
-                lambda: queue.receive("w", max_messages=50, wait_seconds=1, lease_seconds=120),
-            )
-            assert isinstance(got, list)
-            seen.update(d.message_id for d in got)
-            assert await queue.ack(got) == []
-        assert await queue.len() == 0
+        await _drain(queue, {d.message_id for d in held}, set(before) | set(after))
     finally:
         await _retrying("delete", queue.delete_queue)
         await queue.aclose()
@@ -167,19 +170,7 @@ async def test_a_shard_whose_slot_is_resharded_to_another_master_loses_nothing(
         after = await _retrying("add after the move", lambda: queue.add([b"late"] * 3))
         assert isinstance(after, list)
         assert await _retrying("ack after the move", lambda: queue.ack(held)) == []
-        seen = {d.message_id for d in held}
-        wanted = set(before) | set(after)
-        deadline = time.monotonic() + DEADLINE_SECONDS
-        while not wanted <= seen:
-            assert time.monotonic() < deadline, f"never delivered: {sorted(wanted - seen)}"
-            got = await _retrying(
-                "receive",
-                lambda: queue.receive("w", max_messages=50, wait_seconds=1, lease_seconds=120),
-            )
-            assert isinstance(got, list)
-            seen.update(d.message_id for d in got)
-            assert await queue.ack(got) == []
-        assert await queue.len() == 0
+        await _drain(queue, {d.message_id for d in held}, set(before) | set(after))
         # The handle's slot map followed the move (MOVED), without a reconnect by hand.
         owner = queue._cluster.nodes_manager.get_node_from_slot(slot)
         assert int(owner.port) == cluster.master_for_slot(slot).port

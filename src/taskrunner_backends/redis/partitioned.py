@@ -560,23 +560,37 @@ class PartitionedQueue:
             return await self._receive_from(
                 order, consumer, max_messages, 0.0, lease_seconds, stop=None
             )
+        return await self._one_by_one(
+            order,
+            max_messages,
+            lambda shard, remaining: shard.receive(
+                consumer, max_messages=remaining, wait_seconds=0.0, lease_seconds=lease_seconds
+            ),
+        )
+
+    async def _one_by_one(
+        self,
+        order: list[int],
+        limit: int,
+        call: Callable[[RedisStreamsQueue, int], Awaitable[list[Delivery]]],
+    ) -> list[Delivery]:
+        """`call(shard, still wanted)` shard after shard in `order` until `limit` deliveries.
+
+        An unreachable shard is skipped for a while (`_shard_failed`); the error is
+        raised only when every shard of `order` failed.
+        """
         found: list[Delivery] = []
-        errors: list[Exception] = []
+        errors: list[BackendUnavailableError] = []
         for s in order:
             try:
-                got = await self._shards[s].receive(
-                    consumer,
-                    max_messages=max_messages - len(found),
-                    wait_seconds=0.0,
-                    lease_seconds=lease_seconds,
-                )
+                got = await call(self._shards[s], limit - len(found))
             except BackendUnavailableError as exc:
                 self._shard_failed(s, exc)
                 errors.append(exc)
                 continue
             self._shard_ok(s)
             found.extend(self._wrap(s, d) for d in got)
-            if len(found) >= max_messages:
+            if len(found) >= limit:
                 break
         if errors and len(errors) == len(order):
             raise errors[0]
@@ -701,25 +715,13 @@ class PartitionedQueue:
         _check_count("max_messages", max_messages)
         _check_consumer(consumer)
         self._check_open()
-        found: list[Delivery] = []
-        order = self._usable(self._rotation("_next_reclaim"))
-        errors: list[BackendUnavailableError] = []
-        for s in order:
-            try:
-                got = await self._shards[s].reclaim(
-                    consumer, lease_seconds=lease_seconds, max_messages=max_messages - len(found)
-                )
-            except BackendUnavailableError as exc:
-                self._shard_failed(s, exc)
-                errors.append(exc)
-                continue
-            self._shard_ok(s)
-            found.extend(self._wrap(s, d) for d in got)
-            if len(found) >= max_messages:
-                break
-        if errors and len(errors) == len(order):
-            raise errors[0]
-        return found
+        return await self._one_by_one(
+            self._usable(self._rotation("_next_reclaim")),
+            max_messages,
+            lambda shard, remaining: shard.reclaim(
+                consumer, lease_seconds=lease_seconds, max_messages=remaining
+            ),
+        )
 
     async def stats(self) -> QueueStats:
         """Every shard's stats, taken in parallel and added up (not one atomic snapshot)."""
