@@ -142,6 +142,7 @@ def test_enqueue_with_a_unique_key_adds_once_and_says_so(run: Cli, redis_ns_url:
         (["--delay", "soon"], "expected a duration"),
         (["--delay", "1s", "--at", "2026-12-01T10:00:00Z"], "not allowed with argument"),
         (["--unique-key", ""], "must not be empty"),
+        (["--partition-key", ""], "--partition-key must not be empty"),
     ],
 )
 def test_bad_enqueue_options_are_usage_errors(run: Cli, extra: list[str], message: str) -> None:

@@ -114,6 +114,12 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         help="add nothing while a message with KEY is queued, delayed or running "
         "(prints that message's id)",
     )
+    enqueue.add_argument(
+        "--partition-key",
+        metavar="KEY",
+        help="on a partitioned queue (redis+cluster:// with shards > 1), keep every "
+        "message with KEY on one shard, in order",
+    )
 
 
 def check_old_payload_flag(words: list[str]) -> None:
@@ -177,6 +183,9 @@ async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output)
     unique_key: str | None = args.unique_key
     if unique_key is not None and not unique_key:
         raise UsageError("--unique-key must not be empty")
+    partition_key: str | None = args.partition_key
+    if partition_key is not None and not partition_key:
+        raise UsageError("--partition-key must not be empty")
     payloads = _read_payloads(args)
     # Every payload is checked before anything connects, so one bad line sends nothing.
     for where, payload in payloads:
@@ -186,7 +195,12 @@ async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output)
             raise UsageError(f"{where}: {exc}") from None
     async with open_queue(settings.url, queue_name) as queue:
         sent = await Producer(queue, app).dispatch_many(
-            task_name, [p for _, p in payloads], delay=delay, at=at, unique_key=unique_key
+            task_name,
+            [p for _, p in payloads],
+            delay=delay,
+            at=at,
+            unique_key=unique_key,
+            partition_key=partition_key,
         )
     if out.json:
         document: dict[str, Any] = {
