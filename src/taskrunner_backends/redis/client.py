@@ -64,10 +64,19 @@ def pack_commands(commands: Sequence[Sequence[Arg]]) -> bytes:
     for command in commands:
         append(b"*%d\r\n" % len(command))
         for arg in command:
-            data = _encode(arg)
-            append(b"$%d\r\n" % len(data))
-            append(data)
-            append(b"\r\n")
+            # The common types inline, one piece per argument: half the cost of a call
+            # to _encode and three appends each (a fenced ack of 100 has 600 arguments).
+            kind = type(arg)
+            # (No typing.cast here: it is a call at run time.)
+            if kind is str:
+                data = arg.encode()  # type: ignore[union-attr]
+            elif kind is bytes:
+                data = arg
+            elif kind is int:
+                data = b"%d" % arg  # type: ignore[str-format]
+            else:
+                data = _encode(arg)
+            append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(parts)
 
 
