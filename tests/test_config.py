@@ -105,7 +105,7 @@ def test_defaults_are_valid_and_derived_intervals_sit_inside_the_lease() -> None
 
     assert config.heartbeat_interval_seconds == 10
     assert config.reclaim_interval_seconds == 10
-    assert config.initial_workers == 10
+    assert config.initial_workers == 50
 
 
 def test_tuning_mode_starts_inside_the_band_and_cooldown_zero_is_allowed() -> None:

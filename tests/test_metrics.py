@@ -56,7 +56,7 @@ async def test_metrics_endpoint_reports_counters_per_task_and_gauges() -> None:
     assert 'taskrunner_lease_lost_total{queue="tests"} 0.0' in text
     assert 'taskrunner_ack_uncertain_total{queue="tests"} 0.0' in text
     assert 'taskrunner_leases_adopted_total{queue="tests"} 0.0' in text
-    assert 'taskrunner_workers{queue="tests"} 10.0' in text
+    assert 'taskrunner_workers{queue="tests"} 50.0' in text
     assert 'taskrunner_backlog{queue="tests"} 0.0' in text
     assert 'taskrunner_task_duration_seconds{queue="tests",task="ok"}' in text
 
@@ -209,7 +209,7 @@ async def test_queue_gauges_come_from_the_last_read_and_survive_a_backend_outage
     assert during['taskrunner_queue_stats_timestamp_seconds{queue="tests"}'] == read_at
     # Read at the instant of dispatch: the oldest ready message was 0 s old then.
     assert during['taskrunner_queue_oldest_ready_age_seconds{queue="tests"}'] == 0.0
-    assert during['taskrunner_workers{queue="tests"}'] == 10.0
+    assert during['taskrunner_workers{queue="tests"}'] == 50.0
     assert during['taskrunner_busy_workers{queue="tests"}'] == 0.0
 
 

@@ -79,7 +79,7 @@ def test_settings_config_file_replaces_pyproject(tmp_path: Path) -> None:
 
     settings = load(tmp_path, config_file=tmp_path / "other.toml")
 
-    assert (settings.runner.num_workers, settings.runner.batch_size) == (10, 2)
+    assert (settings.runner.num_workers, settings.runner.batch_size) == (50, 2)
 
 
 def test_settings_convert_text_from_environment_for_every_kind(tmp_path: Path) -> None:
