@@ -402,6 +402,8 @@ SCALE_CHUNK = 2000
 INCR_KEYS = 64
 READY_TIMEOUT_SECONDS = 120.0
 
+_DEFAULT = taskrunner.RunnerConfig()
+
 # The worker settings the --scale rows compare. "bench" is WORKER_CONFIG; "defaults" is
 # RunnerConfig() as shipped (num_workers 10, batch_size 10, one fetcher).
 SCALE_CONFIGS: dict[str, dict[str, Any]] = {
@@ -711,7 +713,8 @@ async def scale_bench(
     print(
         f"\nserver µs per noop job, 1 node: batch 100 {batch['batch_100_us']:.1f}, "
         f"batch 10 {batch['batch_10_us']:.1f} (num_workers 200), "
-        f"defaults {batch['defaults_us']:.1f} (num_workers 10, batch 10); "
+        f"defaults {batch['defaults_us']:.1f} (num_workers {_DEFAULT.num_workers}, "
+        f"batch {_DEFAULT.batch_size}); "
         "issue 13: 13 at batch 100, 26 at batch 10, target <= 10 at batch 100"
     )
     defaults_fraction = {
@@ -723,7 +726,7 @@ async def scale_bench(
         r["ratio"] for r in rows if r["job"] == "incr" and r["shards"] == 1 and r["processes"] == 2
     )
     print(
-        "defaults (10/10) get "
+        f"defaults ({_DEFAULT.num_workers}/{_DEFAULT.batch_size}) get "
         + ", ".join(f"{job} {f:.0%}" for job, f in defaults_fraction.items())
         + " of w50b100's throughput; "
         f"incr on 1 node, 2 processes / 1 process = {incr_two:.2f} (target >= 1.6)"
