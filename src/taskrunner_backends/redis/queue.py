@@ -610,7 +610,7 @@ class RedisStreamsQueue:
             in the same round trip) until one replica has the messages, and raises
             `BackendUnavailableError` when none confirms within
             `DURABLE_WAIT_SECONDS`; ``"aof"``: until one replica has written them to
-            its AOF and fsynced it (``WAITAOF 0 1``, Redis 7.2+ and Valkey 8+, replicas
+            its AOF and fsynced it (``WAITAOF 0 1``, Redis and Valkey 7.2+, replicas
             with ``appendonly yes``). Either claims ``durable_enqueue``. Empty (the
             default): adds return when the master has them.
 
@@ -763,6 +763,7 @@ class RedisStreamsQueue:
 
         Raises:
             UnsupportedServerError: Redis older than 7.0 or Valkey older than 7.2.
+            ConfigurationError: ``durable="aof"`` on a server without WAITAOF.
             BackendUnavailableError: The server could not be reached; the next call
                 tries again.
             QueueClosedError: The queue was closed.
@@ -774,6 +775,12 @@ class RedisStreamsQueue:
             raw_info = await self._raw.call("INFO server", "INFO", "server")
             self._server = check_server(_parse_info(raw_info))
             self._has_xackdel = await self._supports("XACKDEL")
+            if self._durable == "aof" and not await self._supports("WAITAOF"):
+                raise ConfigurationError(
+                    f"durable=aof needs WAITAOF, which {self._server} does not have "
+                    "(Redis or Valkey >= 7.2); use durable=replica (WAIT) instead",
+                    setting="durable",
+                )
             # Loading up front keeps the first real calls at one round trip each.
             await self._raw.pipeline(
                 "SCRIPT LOAD", [("SCRIPT", "LOAD", s.source) for s in SCRIPTS.values()]
