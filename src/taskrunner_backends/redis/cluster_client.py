@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import redis.exceptions as rx
@@ -44,6 +45,11 @@ MIN_REFRESH_SECONDS = 0.25
 # How many MOVED/ASK rounds one call follows before it gives up as unavailable: a slot
 # moves once per failover or migration step, so more means the topology is in flux.
 MAX_REDIRECTS = 5
+
+# The node one call must use instead of the slot's master (an ASK target, or the server
+# a blocked connection is on): per call, not per client, since many calls of one shard
+# run at once (a receive, the acker, the heartbeats) and must not see each other's.
+_TARGET: ContextVar[ClusterNode | None] = ContextVar("taskrunner_slot_target", default=None)
 
 
 class Topology:
@@ -99,7 +105,6 @@ class SlotClient(RawClient):
         self._topology = topology
         self.slot = slot
         self._owners: dict[int, ClusterNode] = {}
-        self._asking: ClusterNode | None = None
         # This shard's node failed: refresh the slot map before its next command.
         self._stale = False
         self._last_node: ClusterNode | None = None
@@ -128,7 +133,7 @@ class SlotClient(RawClient):
             self._topology.failed(self._last_node)
 
     async def _acquire(self) -> Any:
-        node = self._asking if self._asking is not None else await self._node()
+        node = _TARGET.get() or await self._node()
         with translate_errors("connect"):
             connection = node.acquire_connection()
         self._owners[id(connection)] = node
@@ -143,11 +148,11 @@ class SlotClient(RawClient):
         node = self._owners.get(id(connection))
         if node is None:
             return None
-        previous, self._asking = self._asking, node
+        token = _TARGET.set(node)
         try:
             return await RawClient.call(self, action, *args)
         finally:
-            self._asking = previous
+            _TARGET.reset(token)
 
     async def call_unblocked_after(
         self,
@@ -200,7 +205,8 @@ class SlotClient(RawClient):
                 if ask is not None:
                     batch.append(("ASKING",))
                 batch.append(commands[i])
-            self._asking = ask
+            # Without an ASK the caller's target stands (`_call_beside` sends through here).
+            token = None if ask is None else _TARGET.set(ask)
             try:
                 got = await RawClient.pipeline(self, action, batch, read_timeout=read_timeout)
             except BackendUnavailableError:
@@ -208,7 +214,8 @@ class SlotClient(RawClient):
                 self._lost()
                 raise
             finally:
-                self._asking = None
+                if token is not None:
+                    _TARGET.reset(token)
             if ask is not None:
                 got = got[1::2]  # the OK of each ASKING
             redo: list[int] = []
