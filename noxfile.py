@@ -18,15 +18,22 @@ def install(session: nox.Session, *groups: str, extras: str = "") -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every test. Redis tests use TASKRUNNER_TEST_REDIS_URL or spawn a throwaway server."""
-    install(session, "test", extras="[conformance,prometheus]")
+    install(session, "test", extras="[conformance,prometheus,postgres]")
     session.run("pytest", *session.posargs)
 
 
 @nox.session
 def redis(session: nox.Session) -> None:
     """Only the tests that need a Redis-compatible server (TASKRUNNER_TEST_SERVER=valkey|redis)."""
-    install(session, "test", extras="[conformance,prometheus]")
+    install(session, "test", extras="[conformance,prometheus,postgres]")
     session.run("pytest", "-m", "redis", *session.posargs)
+
+
+@nox.session
+def postgres(session: nox.Session) -> None:
+    """Only the tests that need PostgreSQL (TASKRUNNER_TEST_POSTGRES_URL, or a throwaway server)."""
+    install(session, "test", extras="[conformance,prometheus,postgres]")
+    session.run("pytest", "-m", "postgres", *session.posargs)
 
 
 @nox.session
@@ -41,7 +48,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over src, conformance, tests, bench and examples."""
-    install(session, "typecheck", extras="[conformance,prometheus]")
+    install(session, "typecheck", extras="[conformance,prometheus,postgres]")
     session.run("mypy")
 
 
@@ -63,8 +70,8 @@ def mutation(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Throughput benchmark against raw redis-py (bench/throughput.py)."""
-    install(session, "test")
+    """Throughput benchmark against raw redis-py or psycopg (bench/throughput.py)."""
+    install(session, "test", extras="[postgres]")
     session.run("python", "bench/throughput.py", *session.posargs)
 
 

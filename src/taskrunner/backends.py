@@ -1,8 +1,9 @@
 """Opening a backend from a URL.
 
-The URL's scheme picks the backend: ``memory://`` and ``redis://``, ``rediss://``,
-``unix://`` are built in; a third-party package adds a scheme with an entry point in
-the ``taskrunner.backends`` group, naming an async factory::
+The URL's scheme picks the backend: ``memory://``, ``redis://``, ``rediss://``,
+``unix://``, ``redis+cluster://`` and ``postgresql://`` (or ``postgres://``) are built
+in; a third-party package adds a scheme with an entry point in the
+``taskrunner.backends`` group, naming an async factory::
 
     [project.entry-points."taskrunner.backends"]
     foo = "taskrunner_foo:open_from_url"
@@ -50,6 +51,8 @@ _BUILT_IN = {
     "unix": "taskrunner_backends.redis:open_from_url",
     "redis+cluster": "taskrunner_backends.redis:open_cluster_from_url",
     "rediss+cluster": "taskrunner_backends.redis:open_cluster_from_url",
+    "postgresql": "taskrunner_backends.postgres:open_from_url",
+    "postgres": "taskrunner_backends.postgres:open_from_url",
 }
 
 BackendFactory = Callable[..., Awaitable[Queue]]
