@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -160,7 +160,8 @@ class SchemaState(NamedTuple):
 
 def check_schema_name(name: str) -> str:
     """Return `name` if it is a usable schema name, else raise `ConfigurationError`."""
-    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):
+    # A URL option or a caller's argument: not necessarily a str at run time.
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name):  # type: ignore[redundant-expr]
         raise ConfigurationError(
             f"schema name {name!r} must be 1-63 lower-case letters, digits or underscores, "
             "not starting with a digit",
@@ -178,7 +179,7 @@ def _statement(template: str, schema: str) -> sql.Composed:
     return sql.SQL(template).format(s=sql.Identifier(schema))
 
 
-async def schema_state(conn: psycopg.AsyncConnection[object], schema: str) -> SchemaState:
+async def schema_state(conn: psycopg.AsyncConnection[Any], schema: str) -> SchemaState:
     """The schema's applied version (0 when it was never migrated); reads, changes nothing."""
     check_schema_name(schema)
     cursor = await conn.execute(
@@ -195,7 +196,7 @@ async def schema_state(conn: psycopg.AsyncConnection[object], schema: str) -> Sc
 
 
 async def migrate(
-    conn: psycopg.AsyncConnection[object],
+    conn: psycopg.AsyncConnection[Any],
     schema: str = DEFAULT_SCHEMA,
     *,
     migrations: Sequence[Migration] = MIGRATIONS,
