@@ -12,7 +12,7 @@ connection.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,7 +26,7 @@ from .schema import check_schema_name
 __all__ = ["Database", "Params", "Query"]
 
 Query = str | sql.Composable
-Params = Sequence[Any] | None
+Params = Sequence[Any] | Mapping[str, Any] | None
 
 
 class Database:
