@@ -49,14 +49,16 @@ _MAX_INSTANT = 4e12
 # the conflict and the read of the holder's id (an ack or cancel racing the add).
 _UNIQUE_RETRIES = 20
 
+# One server instant per statement: added_at, and the base of every delay, so a delay
+# is exact and a batch shares one add time (ids break the tie in FIFO order).
 _PLAIN_INSERT = """
-WITH new AS (
-    INSERT INTO {s}.messages (queue, body, available_at)
-    SELECT %s, r.body,
-           CASE WHEN r.due IS NOT NULL
-                THEN greatest(to_timestamp(r.due), clock_timestamp())
-                ELSE clock_timestamp() + r.delay * interval '1 second' END
-    FROM unnest(%s::bytea[], %s::float8[], %s::float8[]) WITH ORDINALITY AS r(body, delay, due, n)
+WITH t AS (SELECT clock_timestamp() AS now), new AS (
+    INSERT INTO {s}.messages (queue, body, added_at, available_at)
+    SELECT %s, r.body, t.now,
+           CASE WHEN r.due IS NOT NULL THEN greatest(to_timestamp(r.due), t.now)
+                ELSE t.now + r.delay * interval '1 second' END
+    FROM t, unnest(%s::bytea[], %s::float8[], %s::float8[])
+         WITH ORDINALITY AS r(body, delay, due, n)
     ORDER BY r.n
     RETURNING id
 )
@@ -71,14 +73,15 @@ WHERE queue = %s AND unique_key = %s AND unique_until <= clock_timestamp()
 # The fallback SELECT reads the statement's snapshot, which includes the earlier
 # statements of this transaction (a holder added earlier in the batch).
 _KEYED_INSERT = """
-WITH ins AS (
-    INSERT INTO {s}.messages (queue, body, available_at, unique_key, unique_until)
-    SELECT %(q)s, %(body)s, a.at, %(key)s,
-           CASE WHEN %(hold)s::float8 IS NULL THEN NULL
-                ELSE clock_timestamp() + %(hold)s::float8 * interval '1 second' END
-    FROM (SELECT CASE WHEN %(due)s::float8 IS NOT NULL
-                      THEN greatest(to_timestamp(%(due)s::float8), clock_timestamp())
-                      ELSE clock_timestamp() + %(delay)s::float8 * interval '1 second' END) AS a(at)
+WITH t AS (SELECT clock_timestamp() AS now), ins AS (
+    INSERT INTO {s}.messages (queue, body, added_at, available_at, unique_key, unique_until)
+    SELECT %(q)s, %(body)s, t.now,
+           CASE WHEN %(due)s::float8 IS NOT NULL
+                THEN greatest(to_timestamp(%(due)s::float8), t.now)
+                ELSE t.now + %(delay)s::float8 * interval '1 second' END,
+           %(key)s,
+           t.now + %(hold)s::float8 * interval '1 second'
+    FROM t
     ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id
 )
