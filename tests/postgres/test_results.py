@@ -309,6 +309,53 @@ async def test_notified_wait_result_is_woken_by_a_put_not_by_its_poll(
             assert asyncio.get_running_loop().time() - start < 1.0
 
 
+class ManualWatch:
+    """A connected `ResultWatch` whose events the test sets itself (a spurious wake)."""
+
+    connected = True
+
+    def __init__(self) -> None:
+        self.events: list[asyncio.Event] = []
+
+    def watch_result(self, message_id: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self.events.append(event)
+        return event
+
+    def unwatch_result(self, message_id: str, event: asyncio.Event) -> None:
+        self.events.remove(event)
+
+
+async def test_a_wake_without_a_result_costs_one_look_not_a_busy_loop(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(results_module, "SAFETY_POLL_SECONDS", 60.0)
+    async with database(schema) as db:
+        looks = 0
+        fetch = db.fetch
+
+        async def counting(*args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+            nonlocal looks
+            looks += 1
+            return await fetch(*args, **kwargs)
+
+        monkeypatch.setattr(db, "fetch", counting)
+        watch = ManualWatch()
+        task = asyncio.create_task(part(db, listener=watch).wait_result("x", timeout_seconds=60))
+        await until(lambda: looks == 1 and bool(watch.events))
+        await asyncio.sleep(0.2)
+        assert looks == 1, "a connected wait looked again without a wake"
+        watch.events[0].set()  # a reconnect, or a result deleted before the look
+        await until(lambda: looks >= 2)
+        await asyncio.sleep(0.3)
+        assert looks == 2, f"one wake without a result made {looks - 1} looks"
+        assert not task.done()
+        task.cancel()
+        await asyncio.wait([task])
+        assert task.cancelled()
+        assert watch.events == [], "a cancelled wait left its watch behind"
+
+
 async def test_wait_result_times_out_on_the_injected_clock_not_before(schema: str) -> None:
     async with database(schema) as db:
         clock = FakeClock()
