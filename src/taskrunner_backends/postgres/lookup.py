@@ -103,8 +103,12 @@ def _state(row: Sequence[Any]) -> MessageState:
         "added_at": None if added_at is None else float(added_at),
     }
     if state == "running":
+        # leased_at is set with every grant; a row written otherwise has no idle time.
         return MessageState(
-            state="running", consumer=str(consumer), idle_seconds=float(idle), **common
+            state="running",
+            consumer=str(consumer),
+            idle_seconds=None if idle is None else float(idle),
+            **common,
         )
     if state == "delayed":
         return MessageState(state="delayed", due_at=float(due_at), **common)
