@@ -814,6 +814,17 @@ async def scale_worker(url: str, namespace: str, config: dict[str, Any]) -> None
         await queue.aclose()
 
 
+def _postgres_url(argv: list[str]) -> bool:
+    """Whether the command line's --url (or the environment's default) is a PostgreSQL one."""
+    url = os.environ.get("TASKRUNNER_BENCH_REDIS_URL") or ""
+    for index, arg in enumerate(argv):
+        if arg == "--url" and index + 1 < len(argv):
+            url = argv[index + 1]
+        elif arg.startswith("--url="):
+            url = arg.split("=", 1)[1]
+    return url.startswith(("postgresql://", "postgres://"))
+
+
 # -- the worker process ---------------------------------------------------------------
 
 
@@ -834,6 +845,13 @@ async def worker(url: str, namespace: str) -> None:
 
 
 def main() -> None:
+    if _postgres_url(sys.argv[1:]):
+        # PostgreSQL has its own benchmark (same -n/--runs); its module docstring says what.
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import postgres_throughput
+
+        postgres_throughput.main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("TASKRUNNER_BENCH_REDIS_URL"))
     parser.add_argument("--server", choices=("auto", "redis", "valkey"), default="auto")
