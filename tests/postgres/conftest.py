@@ -1,0 +1,68 @@
+"""Fixtures for the PostgreSQL tests; every test under tests/postgres is marked ``postgres``.
+
+Server choice: ``TASKRUNNER_TEST_POSTGRES_URL`` when set (shared: tests work in their own
+schemas and drop only those), else one throwaway `LocalPostgres` for the session. No
+PostgreSQL found is an error, not a skip: a green run must mean these tests ran.
+
+Fixtures: ``postgres_url`` (session), ``postgres_schema`` (a fresh schema name per test,
+dropped afterwards), ``private_postgres`` (a started server of the test's own, which it
+may kill or restart; deleted afterwards).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from taskrunner_backends.postgres.local_server import LocalPostgres
+
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests under this directory ``postgres`` (the hook sees every item)."""
+    for item in items:
+        if item.path.resolve().is_relative_to(_HERE):
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of the session's PostgreSQL: ``TASKRUNNER_TEST_POSTGRES_URL`` or a private one."""
+    given = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL")
+    if given:
+        yield given
+        return
+    server = LocalPostgres()
+    try:
+        server.start()
+        yield server.url("postgres")
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def postgres_schema(postgres_url: str) -> Iterator[str]:
+    """A fresh schema name ``tr_t_<8 hex>`` (not created); dropped with CASCADE after."""
+    name = f"tr_t_{secrets.token_hex(4)}"
+    yield name
+    with psycopg.connect(postgres_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(
+            psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(psycopg.sql.Identifier(name))
+        )
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[LocalPostgres]:
+    """A started server of this test's own (kill or restart it at will); deleted after."""
+    server = LocalPostgres()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
