@@ -1,0 +1,874 @@
+"""`PostgresQueue`: the `taskrunner.queue.Queue` contract on PostgreSQL.
+
+Every message of every queue of a schema is a row of ``messages`` (see `schema`). A
+receive leases rows with one ``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP
+LOCKED)``: concurrent receivers never wait for each other and never take the same row.
+A lease is the row's ``owner`` and ``delivery_count`` (the receipt) plus ``expires_at``
+on the server's clock; heartbeat, ack, release and dead-letter act on a batch in one
+statement whose ``WHERE`` matches id, queue, owner and delivery count, so a stale
+receipt finds no row and is reported lost, and nothing happens between the check and
+the change. Reclaim leases rows whose ``expires_at`` passed, judged by the lease their
+holder was granted.
+
+A receive that finds nothing waits on LISTEN/NOTIFY (`listener`): every add, release
+and dead-letter retry notifies the queue in its own transaction, and the waiter also
+wakes at the next delayed message's due time and every `SAFETY_POLL_SECONDS` in case a
+notification was lost (the listener's connection dropped), so it never busy-polls.
+
+Durations are measured on the server's clock (``clock_timestamp()``), never the
+client's: workers on machines with skewed clocks agree on every lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import psycopg_pool
+
+from taskrunner.clock import Clock, SystemClock
+from taskrunner.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConfigurationError,
+    QueueClosedError,
+)
+from taskrunner.queue import (
+    AddRequest,
+    Capabilities,
+    ConsumerCleanup,
+    ConsumerStats,
+    DeadLetter,
+    Delivery,
+    Leadership,
+    MessageLookup,
+    QueueAdmin,
+    QueueStats,
+    Receipt,
+    ResultStore,
+    Scheduling,
+    WorkerInfo,
+    WorkerRegistry,
+)
+
+from .db import Database
+from .errors import translate_errors
+from .leadership import PostgresLeadership
+from .listener import Listener
+from .lookup import PostgresLookup
+from .results import PostgresResults
+from .scheduling import (
+    PostgresScheduling,
+    check_seconds,
+    check_text,
+    parse_message_id,
+    storable_text,
+)
+from .schema import migrate, notify_channel, schema_state
+from .url import PostgresUrl, parse_url
+
+__all__ = ["SAFETY_POLL_SECONDS", "PostgresQueue", "migrate_from_url", "open_from_url"]
+
+_log = logging.getLogger("taskrunner.postgres")
+
+#: A waiting receive looks again at least this often, in case a notification was lost.
+SAFETY_POLL_SECONDS = 1.0
+#: ... and this often while the LISTEN connection is down.
+DISCONNECTED_POLL_SECONDS = 0.25
+# When ready rows exist but are locked by someone else's transaction.
+_LOCKED_POLL_SECONDS = 0.05
+
+_MAX_INT4 = 2**31 - 1
+
+_BASE = Capabilities(
+    blocking_receive=True,
+    ordering="fifo",
+    persistent=True,
+    durable_enqueue=True,
+    shared_across_instances=True,
+    # The server's clock is exact to the microsecond; the margin covers a round trip
+    # and a busy event loop between the statement and the caller's own clock.
+    lease_precision_seconds=0.05,
+    delayed_add=True,
+    unique_add=True,
+    cancel=True,
+    leadership=True,
+    results=True,
+    result_notify=True,
+    lookup=True,
+)
+_NOT_DURABLE = msgspec.structs.replace(_BASE, durable_enqueue=False)
+
+_LEASE_SET = """
+    owner = %(consumer)s,
+    delivery_count = m.delivery_count + 1,
+    leased_at = clock_timestamp(),
+    lease_seconds = %(lease)s,
+    expires_at = clock_timestamp() + %(lease)s * interval '1 second'
+"""
+
+_RECEIVE = (
+    """
+WITH picked AS (
+    SELECT id FROM {s}.messages
+    WHERE queue = %(queue)s AND owner IS NULL AND available_at <= clock_timestamp()
+    ORDER BY available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {s}.messages m SET"""
+    + _LEASE_SET
+    + """
+FROM picked WHERE m.id = picked.id
+RETURNING m.id, m.body, m.delivery_count, m.available_at
+"""
+)
+
+_RECLAIM = (
+    """
+WITH picked AS (
+    SELECT id FROM {s}.messages
+    WHERE queue = %(queue)s AND owner IS NOT NULL AND expires_at < clock_timestamp()
+    ORDER BY expires_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {s}.messages m SET"""
+    + _LEASE_SET
+    + """
+FROM picked WHERE m.id = picked.id
+RETURNING m.id, m.body, m.delivery_count, m.expires_at
+"""
+)
+
+# Seconds until the next not-leased row is due (<= 0: ready rows exist, locked by
+# someone else's transaction); NULL when there is none.
+_NEXT_DUE = """
+SELECT extract(epoch FROM min(available_at) - clock_timestamp())::float8
+FROM {s}.messages WHERE queue = %s AND owner IS NULL
+"""
+
+_FENCE = """
+FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(counts)s::int[]) AS d(id, owner, dc)
+WHERE m.id = d.id AND m.queue = %(queue)s AND m.owner = d.owner
+  AND m.delivery_count = d.dc
+"""
+
+_HEARTBEAT = (
+    """
+UPDATE {s}.messages m SET leased_at = clock_timestamp(),
+    expires_at = clock_timestamp() + m.lease_seconds * interval '1 second'"""
+    + _FENCE
+    + "RETURNING m.id, d.owner, d.dc"
+)
+
+_ACK = (
+    "DELETE FROM {s}.messages m USING"
+    + _FENCE.replace("FROM", "", 1)
+    + ("RETURNING m.id, d.owner, d.dc")
+)
+
+_RELEASE = (
+    """
+WITH released AS (
+    UPDATE {s}.messages m SET owner = NULL, leased_at = NULL, lease_seconds = NULL,
+        expires_at = NULL, available_at = clock_timestamp() + %(delay)s * interval '1 second'"""
+    + _FENCE
+    + """RETURNING m.id, d.owner, d.dc
+)
+SELECT r.id, r.owner, r.dc,
+       CASE WHEN r.n = 1 THEN pg_notify(%(channel)s, %(queue)s) END
+FROM (SELECT released.*, row_number() OVER () AS n FROM released) r
+"""
+)
+
+_DEAD_LETTER = (
+    """
+WITH gone AS (
+    DELETE FROM {s}.messages m USING"""
+    + _FENCE.replace("FROM", "", 1)
+    + """RETURNING m.id, d.owner, d.dc, m.body, m.added_at
+), buried AS (
+    INSERT INTO {s}.dead_letters (queue, original_id, body, reason, delivery_count, added_at)
+    SELECT %(queue)s, gone.id, gone.body, %(reason)s, gone.dc, gone.added_at
+    FROM gone ORDER BY gone.id
+)
+SELECT id, owner, dc FROM gone
+"""
+)
+
+_STATS = """
+SELECT
+    count(*) FILTER (WHERE owner IS NULL AND available_at <= statement_timestamp()),
+    count(*) FILTER (WHERE owner IS NULL AND available_at > statement_timestamp()),
+    count(*) FILTER (WHERE owner IS NOT NULL),
+    extract(epoch FROM statement_timestamp() - min(available_at)
+        FILTER (WHERE owner IS NULL AND available_at <= statement_timestamp()))::float8,
+    extract(epoch FROM statement_timestamp() - min(leased_at)
+        FILTER (WHERE owner IS NOT NULL))::float8,
+    (SELECT count(*) FROM {s}.dead_letters WHERE queue = %(queue)s)
+FROM {s}.messages WHERE queue = %(queue)s
+"""
+
+_CONSUMERS = """
+SELECT owner, count(*),
+       extract(epoch FROM statement_timestamp() - max(leased_at))::float8
+FROM {s}.messages WHERE queue = %s AND owner IS NOT NULL
+GROUP BY owner ORDER BY owner
+"""
+
+_LEN = "SELECT count(*) FROM {s}.messages WHERE queue = %s"
+
+_LIST_DEAD = """
+SELECT id, original_id, body, reason, delivery_count, extract(epoch FROM dead_at)::float8
+FROM {s}.dead_letters WHERE queue = %s ORDER BY id LIMIT %s
+"""
+
+_RETRY_DEAD = """
+WITH picked AS (
+    DELETE FROM {s}.dead_letters
+    WHERE queue = %(queue)s AND (%(all)s OR id = ANY(%(ids)s::bigint[]))
+    RETURNING id, body
+), added AS (
+    INSERT INTO {s}.messages (queue, body)
+    SELECT %(queue)s, picked.body FROM picked ORDER BY picked.id
+    RETURNING id
+)
+SELECT (SELECT array_agg(id ORDER BY id) FROM added),
+       CASE WHEN EXISTS (SELECT 1 FROM added) THEN pg_notify(%(channel)s, %(queue)s) END
+"""
+
+_PURGE_DEAD = """
+DELETE FROM {s}.dead_letters
+WHERE queue = %(queue)s AND (%(all)s OR id = ANY(%(ids)s::bigint[]))
+"""
+
+_PURGE = "DELETE FROM {s}.messages WHERE queue = %s"
+
+_DELETE_QUEUE = (
+    "DELETE FROM {s}.messages WHERE queue = %s",
+    "DELETE FROM {s}.dead_letters WHERE queue = %s",
+    "DELETE FROM {s}.workers WHERE queue = %s",
+    "DELETE FROM {s}.leaders WHERE queue = %s",
+    "DELETE FROM {s}.fires WHERE queue = %s",
+    "DELETE FROM {s}.results WHERE queue = %s",
+)
+
+_PUBLISH_WORKER = """
+INSERT INTO {s}.workers
+    (queue, instance, workers, busy, average_seconds, seen_at, expires_at)
+VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp() + %s * interval '1 second')
+ON CONFLICT (queue, instance) DO UPDATE SET
+    workers = EXCLUDED.workers, busy = EXCLUDED.busy,
+    average_seconds = EXCLUDED.average_seconds, seen_at = EXCLUDED.seen_at,
+    expires_at = EXCLUDED.expires_at
+"""
+
+_REMOVE_WORKER = "DELETE FROM {s}.workers WHERE queue = %s AND instance = %s"
+
+_LIVE_WORKERS = """
+SELECT instance, workers, busy, average_seconds, seen_at FROM {s}.workers
+WHERE queue = %s AND expires_at > clock_timestamp()
+"""
+
+_FORGET_WORKERS = """
+DELETE FROM {s}.workers
+WHERE queue = %s AND expires_at <= clock_timestamp() - interval '1 minute'
+"""
+
+
+def _check_count(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
+    for delivery in deliveries:
+        if not isinstance(delivery, Delivery):
+            raise TypeError(f"expected Delivery, got {type(delivery).__name__}")
+
+
+def _check_reason(reason: str) -> bytes:
+    if not isinstance(reason, str):
+        raise TypeError(f"reason must be a str, not {type(reason).__name__}")
+    try:
+        return reason.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"reason holds a lone surrogate at position {exc.start}: not storable text"
+        ) from None
+
+
+def _fence_key(delivery: Delivery) -> tuple[int, str, int] | None:
+    """(row id, owner, delivery count) of a receipt this backend could have issued."""
+    row = parse_message_id(delivery.message_id)
+    # Receipts come back from callers: their fields are not necessarily what they say.
+    consumer: object = delivery.receipt.consumer
+    count: object = delivery.receipt.delivery_count
+    if row is None or not isinstance(consumer, str) or not storable_text(consumer):
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= _MAX_INT4:
+        return None
+    return row, consumer, count
+
+
+def _dead_ids(message_ids: Sequence[str] | None) -> tuple[bool, list[int]]:
+    if message_ids is None:
+        return True, []
+    if isinstance(message_ids, str):
+        raise TypeError("message_ids must be a sequence of ids, not one str")
+    ids: list[int] = []
+    for value in message_ids:
+        if not isinstance(value, str):
+            raise TypeError(f"a dead-letter id must be a str, not {type(value).__name__}")
+        row = parse_message_id(value)
+        if row is not None:
+            ids.append(row)
+    return False, ids
+
+
+class PostgresQueue:
+    """A `taskrunner.queue.Queue` on PostgreSQL, with every optional part but consumer clean-up.
+
+    It is its own `QueueAdmin` and `WorkerRegistry`; `scheduling`, `leadership`,
+    `results` and `lookup` are small objects on the same `Database`. Consumers are not
+    recorded apart from the rows they hold, so there is nothing to clean up
+    (`consumer_cleanup` is None).
+
+    Build one with `open_from_url`. Handles on the same server, schema and queue name,
+    in one process or many, share the queue.
+
+    Args:
+        db: The pool and schema (closed by `aclose`).
+        queue_name: The queue.
+        conninfo: The libpq connection string, for the LISTEN connection.
+        clock: Bounds the waits of `receive` and `wait_result`; leases and delays are
+            measured on the server's clock, whatever this is.
+        durable: Whether a committed insert is durable (``synchronous_commit`` is not
+            ``off``): claims ``durable_enqueue``.
+        display: How to name the server in messages (the masked URL).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        queue_name: str,
+        conninfo: str,
+        clock: Clock | None = None,
+        durable: bool = True,
+        display: str = "",
+    ) -> None:
+        self._queue = check_text("queue_name", queue_name)
+        self._db = db
+        self._clock: Clock = clock or SystemClock()
+        self._capabilities = _BASE if durable else _NOT_DURABLE
+        self._display = display
+        self._closed = False
+        self._closing = asyncio.Event()
+        self._channel = notify_channel(db.schema)
+        self._listener = Listener(conninfo, db.schema, self._queue, secrets=db.secrets)
+        self._scheduling = PostgresScheduling(db, self._queue, check_open=self._check_open)
+        self._leadership = PostgresLeadership(db, self._queue, check_open=self._check_open)
+        self._lookup = PostgresLookup(db, self._queue, check_open=self._check_open)
+        self._results = PostgresResults(
+            db,
+            self._queue,
+            check_open=self._check_open,
+            listener=lambda: self._listener,
+            clock=self._clock,
+        )
+        sql = db.sql
+        self._receive_sql = sql(_RECEIVE)
+        self._reclaim_sql = sql(_RECLAIM)
+        self._next_due_sql = sql(_NEXT_DUE)
+        self._heartbeat_sql = sql(_HEARTBEAT)
+        self._ack_sql = sql(_ACK)
+        self._release_sql = sql(_RELEASE)
+        self._dead_letter_sql = sql(_DEAD_LETTER)
+
+    def __repr__(self) -> str:
+        return (
+            f"PostgresQueue(queue_name={self._queue!r}, schema={self._db.schema!r}, "
+            f"server={self._display!r})"
+        )
+
+    # -- parts -------------------------------------------------------------------------
+
+    @property
+    def requires_heartbeat(self) -> bool:
+        """Always True: a lease lapses at its ``expires_at`` unless heartbeated."""
+        return True
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Blocking (LISTEN/NOTIFY), FIFO, persistent, shared, durable on commit."""
+        return self._capabilities
+
+    @property
+    def admin(self) -> QueueAdmin:
+        """This queue: dead letters, purge and delete."""
+        return self
+
+    @property
+    def worker_registry(self) -> WorkerRegistry:
+        """This queue: one ``workers`` row per process, expiring on the server's clock."""
+        return self
+
+    @property
+    def consumer_cleanup(self) -> ConsumerCleanup | None:
+        """None: consumers exist only as the owners of the rows they hold."""
+        return None
+
+    @property
+    def scheduling(self) -> Scheduling:
+        """Delayed adds, unique adds and cancellation."""
+        return self._scheduling
+
+    @property
+    def leadership(self) -> Leadership:
+        """Leader leases with fencing tokens and fire-once records."""
+        return self._leadership
+
+    @property
+    def results(self) -> ResultStore:
+        """Task results by message id, woken by NOTIFY."""
+        return self._results
+
+    @property
+    def lookup(self) -> MessageLookup:
+        """The state of messages by id."""
+        return self._lookup
+
+    @property
+    def database(self) -> Database:
+        """The pool and schema (for tests and tools)."""
+        return self._db
+
+    @property
+    def queue_name(self) -> str:
+        """The queue's name."""
+        return self._queue
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the LISTEN connection (in the background; it retries on its own)."""
+        await self._listener.start()
+
+    async def aclose(self) -> None:
+        """Close the queue; idempotent.
+
+        Waiting receives and `wait_result` calls raise `QueueClosedError`; leases held
+        through this handle are not given back (they lapse as after a crash).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._closing.set()
+        self._results.close()
+        await self._listener.aclose()
+        await self._db.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosedError(f"{self!r} is closed")
+
+    async def _fetch(self, action: str, query: Any, params: Any) -> list[tuple[Any, ...]]:
+        """`Database.fetch`, reporting a call cut short by `aclose` as `QueueClosedError`."""
+        self._check_open()
+        try:
+            return await self._db.fetch(action, query, params)
+        except BackendError:
+            if self._closed:
+                raise QueueClosedError(f"{self!r} was closed during {action}") from None
+            raise
+
+    # -- the contract ------------------------------------------------------------------
+
+    async def add(self, bodies: Sequence[bytes]) -> list[str]:
+        """Enqueue bodies in one statement; ids in order (see `Queue.add`)."""
+        self._check_open()
+        for body in bodies:
+            if not isinstance(body, bytes):
+                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        if not bodies:
+            return []
+        added = await self._scheduling.add_requests([AddRequest(body=body) for body in bodies])
+        return [item.message_id for item in added]
+
+    async def receive(
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
+    ) -> list[Delivery]:
+        """Lease up to `max_messages` ready messages (see `Queue.receive`)."""
+        self._check_open()
+        check_text("consumer", consumer)
+        _check_count("max_messages", max_messages)
+        wait = check_seconds("wait_seconds", wait_seconds, positive=False)
+        lease = check_seconds("lease_seconds", lease_seconds, positive=True)
+        deadline = self._clock.monotonic() + wait
+        event = self._listener.messages_event()
+        while True:
+            # Cleared before looking: a notification during the look is kept for the wait.
+            event.clear()
+            got = await self._lease(self._receive_sql, "receive", consumer, lease, max_messages)
+            if got:
+                return got
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                return []
+            rows = await self._fetch("receive", self._next_due_sql, (self._queue,))
+            due = rows[0][0] if rows else None
+            poll = SAFETY_POLL_SECONDS if self._listener.connected else DISCONNECTED_POLL_SECONDS
+            pause = min(remaining, poll)
+            if due is not None:
+                pause = min(pause, max(float(due), _LOCKED_POLL_SECONDS))
+            await self._wait(event, pause)
+            self._check_open()
+
+    async def _wait(self, event: asyncio.Event, seconds: float) -> None:
+        """Until `event` is set, the queue closes, or `seconds` pass on the clock."""
+        if event.is_set():
+            return
+        waiters = [
+            asyncio.ensure_future(event.wait()),
+            asyncio.ensure_future(self._closing.wait()),
+            asyncio.ensure_future(self._clock.sleep(seconds)),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            # Reap them, so none is left pending; their CancelledError is ours to drop.
+            for waiter in waiters:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiter
+
+    async def _lease(
+        self, query: Any, action: str, consumer: str, lease: float, limit: int
+    ) -> list[Delivery]:
+        rows = await self._fetch(
+            action,
+            query,
+            {"queue": self._queue, "consumer": consumer, "lease": lease, "limit": limit},
+        )
+        rows.sort(key=lambda row: (row[3], row[0]))
+        return [
+            Delivery(
+                message_id=str(row_id),
+                body=bytes(body),
+                delivery_count=count,
+                receipt=Receipt(consumer=consumer, delivery_count=count),
+            )
+            for row_id, body, count, _ in rows
+        ]
+
+    async def _fenced(
+        self, action: str, query: Any, deliveries: Sequence[Delivery], **extra: Any
+    ) -> list[Delivery]:
+        """Run a fenced statement on the deliveries it can match; return the rest (lost)."""
+        self._check_open()
+        _check_deliveries(deliveries)
+        keys = [_fence_key(delivery) for delivery in deliveries]
+        usable = [key for key in keys if key is not None]
+        done: set[tuple[int, str, int]] = set()
+        if usable:
+            rows = await self._fetch(
+                action,
+                query,
+                {
+                    "ids": [key[0] for key in usable],
+                    "owners": [key[1] for key in usable],
+                    "counts": [key[2] for key in usable],
+                    "queue": self._queue,
+                    **extra,
+                },
+            )
+            done = {(row[0], row[1], row[2]) for row in rows}
+        return [
+            delivery
+            for delivery, key in zip(deliveries, keys, strict=True)
+            if key is None or key not in done
+        ]
+
+    async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Restart each lease still owned; returns the lost ones (see `Queue.heartbeat`)."""
+        return await self._fenced("heartbeat", self._heartbeat_sql, deliveries)
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Complete each delivery still owned; returns the rest (see `Queue.ack`)."""
+        return await self._fenced("ack", self._ack_sql, deliveries)
+
+    async def release(
+        self, deliveries: Sequence[Delivery], *, delay_seconds: float = 0.0
+    ) -> list[Delivery]:
+        """Give deliveries back after `delay_seconds`; returns the lost ones."""
+        self._check_open()
+        delay = check_seconds("delay_seconds", delay_seconds, positive=False)
+        return await self._fenced(
+            "release", self._release_sql, deliveries, delay=delay, channel=self._channel
+        )
+
+    async def reclaim(
+        self, consumer: str, *, lease_seconds: float, max_messages: int
+    ) -> list[Delivery]:
+        """Lease messages whose own lease lapsed (see `Queue.reclaim`)."""
+        self._check_open()
+        check_text("consumer", consumer)
+        lease = check_seconds("lease_seconds", lease_seconds, positive=True)
+        _check_count("max_messages", max_messages)
+        return await self._lease(self._reclaim_sql, "reclaim", consumer, lease, max_messages)
+
+    async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
+        """Move owned deliveries to the dead letters, atomically; returns the lost ones."""
+        self._check_open()
+        encoded = _check_reason(reason)
+        return await self._fenced("dead letter", self._dead_letter_sql, deliveries, reason=encoded)
+
+    async def stats(self) -> QueueStats:
+        """Counts, ages and consumers in two statements."""
+        rows = await self._fetch("stats", self._db.sql(_STATS), {"queue": self._queue})
+        ready, delayed, in_flight, ready_age, idle, dead = rows[0]
+        consumers = await self._fetch("stats", self._db.sql(_CONSUMERS), (self._queue,))
+        return QueueStats(
+            ready=int(ready),
+            delayed=int(delayed),
+            in_flight=int(in_flight),
+            dead=int(dead),
+            oldest_ready_age_seconds=None if ready_age is None else max(0.0, float(ready_age)),
+            oldest_in_flight_age_seconds=None if idle is None else max(0.0, float(idle)),
+            consumers=tuple(
+                ConsumerStats(
+                    name=owner,
+                    pending=int(count),
+                    idle_seconds=None if seconds is None else max(0.0, float(seconds)),
+                )
+                for owner, count, seconds in consumers
+            ),
+        )
+
+    async def len(self) -> int:
+        """Ready, delayed and in-flight messages."""
+        rows = await self._fetch("len", self._db.sql(_LEN), (self._queue,))
+        return int(rows[0][0])
+
+    # -- QueueAdmin --------------------------------------------------------------------
+
+    async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        """The oldest `limit` dead letters, oldest first."""
+        _check_count("limit", limit)
+        rows = await self._fetch(
+            "list dead letters", self._db.sql(_LIST_DEAD), (self._queue, limit)
+        )
+        return [
+            DeadLetter(
+                message_id=str(row_id),
+                original_id=str(original),
+                body=bytes(body),
+                reason=bytes(reason).decode("utf-8", "replace"),
+                delivery_count=int(count),
+                dead_at=float(dead_at),
+            )
+            for row_id, original, body, reason, count, dead_at in rows
+        ]
+
+    async def retry_dead_letters(self, message_ids: Sequence[str] | None = None) -> list[str]:
+        """Move dead letters back as new messages, in one statement; returns the new ids."""
+        self._check_open()
+        everything, ids = _dead_ids(message_ids)
+        if not everything and not ids:
+            return []
+        rows = await self._fetch(
+            "retry dead letters",
+            self._db.sql(_RETRY_DEAD),
+            {"queue": self._queue, "all": everything, "ids": ids, "channel": self._channel},
+        )
+        added = rows[0][0] if rows else None
+        return [str(row_id) for row_id in added or ()]
+
+    async def purge_dead_letters(self, message_ids: Sequence[str] | None = None) -> int:
+        """Delete dead letters (all when `message_ids` is None); returns how many."""
+        self._check_open()
+        everything, ids = _dead_ids(message_ids)
+        if not everything and not ids:
+            return 0
+        return await self._db.execute(
+            "purge dead letters",
+            self._db.sql(_PURGE_DEAD),
+            {"queue": self._queue, "all": everything, "ids": ids},
+        )
+
+    async def purge(self) -> int:
+        """Delete every ready, delayed and in-flight message; returns how many."""
+        self._check_open()
+        return await self._db.execute("purge", self._db.sql(_PURGE), (self._queue,))
+
+    async def delete_queue(self) -> None:
+        """Delete the queue's rows in every table, in one transaction; idempotent."""
+        self._check_open()
+        async with self._db.transaction("delete queue") as conn:
+            for statement in _DELETE_QUEUE:
+                await conn.execute(self._db.sql(statement), (self._queue,))
+
+    # -- WorkerRegistry ----------------------------------------------------------------
+
+    async def publish_worker(self, info: WorkerInfo, *, ttl_seconds: float) -> None:
+        """Create or refresh `info.instance`'s row, listed for `ttl_seconds` from now."""
+        self._check_open()
+        if not isinstance(info, WorkerInfo):
+            raise TypeError(f"info must be a WorkerInfo, not {type(info).__name__}")
+        check_text("instance", info.instance)
+        ttl = check_seconds("ttl_seconds", ttl_seconds, positive=True)
+        await self._db.execute(
+            "publish worker",
+            self._db.sql(_PUBLISH_WORKER),
+            (
+                self._queue,
+                info.instance,
+                min(info.workers, _MAX_INT4),
+                min(info.busy, _MAX_INT4),
+                info.average_seconds,
+                info.seen_at,
+                ttl,
+            ),
+        )
+
+    async def remove_worker(self, instance: str) -> None:
+        """Remove `instance`'s row; idempotent."""
+        self._check_open()
+        if not isinstance(instance, str):
+            raise TypeError(f"instance must be a str, not {type(instance).__name__}")
+        if storable_text(instance):
+            await self._db.execute(
+                "remove worker", self._db.sql(_REMOVE_WORKER), (self._queue, instance)
+            )
+
+    async def live_workers(self) -> list[WorkerInfo]:
+        """Rows refreshed within their TTL; long-expired rows are deleted on the way."""
+        rows = await self._fetch("live workers", self._db.sql(_LIVE_WORKERS), (self._queue,))
+        await self._db.execute("live workers", self._db.sql(_FORGET_WORKERS), (self._queue,))
+        return [
+            WorkerInfo(
+                instance=instance,
+                workers=int(workers),
+                busy=int(busy),
+                average_seconds=None if average is None else float(average),
+                seen_at=float(seen_at),
+            )
+            for instance, workers, busy, average, seen_at in rows
+        ]
+
+
+async def _open_database(parsed: PostgresUrl) -> Database:
+    pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
+        parsed.conninfo,
+        min_size=parsed.pool_min,
+        max_size=parsed.pool_max,
+        timeout=parsed.pool_timeout,
+        open=False,
+        kwargs={"autocommit": True},
+        name=f"taskrunner:{parsed.schema}",
+    )
+    try:
+        with translate_errors(f"connect to {parsed.display}", parsed.secrets):
+            await pool.open(wait=True, timeout=parsed.pool_timeout)
+    except BackendError as exc:
+        await pool.close()
+        raise BackendUnavailableError(
+            f"cannot connect to PostgreSQL at {parsed.display} within "
+            f"{parsed.pool_timeout:g} s (pool_timeout): {exc.__cause__ or exc}"
+        ) from exc
+    except BaseException:
+        await pool.close()
+        raise
+    return Database(pool, parsed.schema, secrets=parsed.secrets)
+
+
+async def _prepare_schema(db: Database, parsed: PostgresUrl) -> bool:
+    """Check (and, with migrate=auto, apply) the schema; returns whether commits are durable."""
+    async with db.connection("open") as conn:
+        state = await schema_state(conn, parsed.schema)
+        if state.version > state.latest:
+            raise ConfigurationError(
+                f"schema {parsed.schema!r} at {parsed.display} is at version {state.version}, "
+                f"newer than this taskrunner's {state.latest}: upgrade taskrunner",
+                setting="url",
+            )
+        if not state.current:
+            if parsed.migrate == "never":
+                raise ConfigurationError(
+                    f"schema {parsed.schema!r} at {parsed.display} is at version "
+                    f"{state.version}, not {state.latest}, and the URL says migrate=never: "
+                    f"run `taskrunner db migrate --url ...` first",
+                    setting="url",
+                )
+            applied = await migrate(conn, parsed.schema)
+            for step in applied:
+                _log.info(
+                    "schema %s migrated to version %d: %s",
+                    parsed.schema,
+                    step.version,
+                    step.description,
+                )
+        cursor = await conn.execute("SHOW synchronous_commit")
+        row = await cursor.fetchone()
+    return not (row is not None and str(row[0]).lower() == "off")
+
+
+async def open_from_url(url: str, *, queue_name: str, clock: Clock | None = None) -> PostgresQueue:
+    """Open the queue `queue_name` at `url` (the engine's entry point for postgresql://).
+
+    ``postgresql://[user[:password]@]host[:port]/database[?schema=NAME&pool_min=N&
+    pool_max=N&pool_timeout=S&migrate=auto|never&<libpq options>]`` (or
+    ``postgres://``). The schema is migrated first when needed and allowed.
+
+    Raises:
+        ConfigurationError: A bad URL or option, a bad queue name, a schema that needs
+            a migration under ``migrate=never``, or one newer than this taskrunner.
+        BackendUnavailableError: The server could not be reached.
+    """
+    parsed = parse_url(url)
+    check_text("queue_name", queue_name)
+    db = await _open_database(parsed)
+    try:
+        durable = await _prepare_schema(db, parsed)
+        queue = PostgresQueue(
+            db,
+            queue_name=queue_name,
+            conninfo=parsed.conninfo,
+            clock=clock,
+            durable=durable,
+            display=parsed.display,
+        )
+        await queue.start()
+    except BaseException:
+        await db.aclose()
+        raise
+    return queue
+
+
+async def migrate_from_url(url: str) -> list[str]:
+    """Bring the schema `url` names to the latest version; returns what was applied.
+
+    Each applied step is described as ``"<version>: <description>"``; an empty list
+    means the schema was already up to date.
+
+    Raises:
+        ConfigurationError: A bad URL, or a schema newer than this taskrunner.
+        BackendUnavailableError: The server could not be reached.
+    """
+    parsed = parse_url(url)
+    db = await _open_database(parsed)
+    try:
+        async with db.connection("migrate") as conn:
+            applied = await migrate(conn, parsed.schema)
+    finally:
+        await db.aclose()
+    return [f"{step.version}: {step.description}" for step in applied]
