@@ -167,11 +167,12 @@ class ServerCpu:
         self._conn = conn
         self._tag = tag
 
-    async def read(self) -> float | None:
+    async def read(self, tag: str | None = None) -> float | None:
+        """The CPU seconds so far of the backends tagged `tag` (default: the worker's)."""
         cursor = await self._conn.execute(
             "SELECT pid FROM pg_stat_activity"
             " WHERE application_name = %s OR backend_type <> 'client backend'",
-            (self._tag,),
+            (tag or self._tag,),
         )
         return _server_cpu_seconds([int(row[0]) for row in await cursor.fetchall()])
 
@@ -315,9 +316,24 @@ async def one_run(url: str, n: int, configs: list[str]) -> dict[str, float]:
         try:
             producer = taskrunner.Producer(queue, app)
             body = producer.encode(noop, None)
-            result["raw_produce"] = await raw_produce(conn, schema, body, n)
-            await vacuum(conn, schema)
-            result["raw_consume"] = await raw_consume(conn, schema, n)
+            # The raw loops run on a connection of their own, tagged, so the server's
+            # CPU for them is counted like the worker's.
+            raw_tag = f"{schema}_raw"
+            raw = await psycopg.AsyncConnection.connect(libpq_url(url, raw_tag), autocommit=True)
+            try:
+                before = await cpu.read(raw_tag)
+                result["raw_produce"] = await raw_produce(raw, schema, body, n)
+                middle = await cpu.read(raw_tag)
+                await vacuum(conn, schema)
+                middle2 = await cpu.read(raw_tag)
+                result["raw_consume"] = await raw_consume(raw, schema, n)
+                after = await cpu.read(raw_tag)
+            finally:
+                await raw.close()
+            if before is not None and middle is not None:
+                result["server_us[raw_produce]"] = (middle - before) / n * 1e6
+            if middle2 is not None and after is not None:
+                result["server_us[raw_consume]"] = (after - middle2) / n * 1e6
             await vacuum(conn, schema)
             for config in configs:
                 started = time.perf_counter()
@@ -410,6 +426,8 @@ async def bench(url: str, n: int, runs: int, configs: list[str]) -> dict[str, An
     ]
     rows.append(("raw_consume", "raw DELETE ... SKIP LOCKED LIMIT 100"))
     for key, label in rows:
+        if f"server_us[{key}]" in median:
+            label += f" (server {median[f'server_us[{key}]']:.1f} µs/job)"
         print(f"  {key:<28} {median[key]:>10,.0f}   {label}")
     for config in configs:
         for job in ("e2e", "e2e_incr"):

@@ -21,6 +21,9 @@ leaves one dead row version), the share of updates that were HOT, the peak of
 with the server's settings (printed: ``autovacuum_naptime``,
 ``autovacuum_vacuum_scale_factor``, ``autovacuum_vacuum_threshold``, cost delay/limit).
 
+``--private`` starts a throwaway server (the machine's PostgreSQL 15 binaries, initdb's
+stock settings, so autovacuum on) instead of ``--url``, and ``--server-setting
+name=value`` (repeatable) changes one of its settings, e.g. ``autovacuum_naptime=10s``.
 ``--table-settings 'autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=1000'``
 (for example) applies per-table storage parameters to ``messages`` before the load, to
 compare; ``fillfactor=N`` is one too. The last line is a JSON object with the summary.
@@ -76,10 +79,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def private_server() -> Iterator[str]:
+def private_server(settings: list[str]) -> Iterator[str]:
     """A throwaway PostgreSQL with the stock settings (autovacuum on), on a loopback port.
 
-    initdb's defaults except ``listen_addresses`` and ``port``; run as the ``postgres``
+    initdb's defaults except ``listen_addresses``, ``port`` and `settings` (``name=value``
+    each, given to the server as ``-c``); run as the ``postgres``
     user when this process is root (the server refuses root). Stopped (``pg_ctl stop -m
     fast``, then SIGKILL of its pid) and deleted afterwards.
     """
@@ -97,6 +101,8 @@ def private_server() -> Iterator[str]:
         stdout=subprocess.DEVNULL,
     )
     options = f"-c listen_addresses=127.0.0.1 -c port={port} -k {directory}"
+    for setting in settings:
+        options += f" -c {setting}"
     subprocess.run(
         [*prefix, str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", options, "-w", "start"],
         check=True,
@@ -333,6 +339,12 @@ def main() -> None:
         action="store_true",
         help="start a throwaway server with stock settings instead of --url",
     )
+    parser.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        help="name=value for the --private server (repeatable), e.g. autovacuum_naptime=10s",
+    )
     parser.add_argument("--rate", type=float, default=1000.0, help="jobs per second")
     parser.add_argument("--seconds", type=float, default=90.0, help="length of the load")
     parser.add_argument("--long-fraction", type=float, default=0.1)
@@ -343,6 +355,9 @@ def main() -> None:
     args = parser.parse_args()
     if bool(args.url) == args.private:
         parser.error("give exactly one of --url and --private")
+    for setting in args.server_setting:
+        if not args.private or not re.fullmatch(r"[a-z_]+=[0-9a-z.]+", setting):
+            parser.error("--server-setting: name=value, with --private only")
     if args.url and "?" in args.url:
         parser.error("--url takes no query options (the bench adds its own schema)")
     # Spliced into ALTER TABLE as SQL: only name=number pairs get there.
@@ -351,7 +366,7 @@ def main() -> None:
     ):
         parser.error("--table-settings: name=number pairs separated by commas")
     if args.private:
-        with private_server() as url:
+        with private_server(args.server_setting) as url:
             args.url = url
             print(json.dumps(asyncio.run(run(args)), default=str))
         return
