@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from taskrunner_backends.postgres.testing import postgres_harness
+from taskrunner_backends.postgres.testing import postgres_harness, postgres_outage_harness
 from taskrunner_conformance import Harness, QueueConformance
+from taskrunner_conformance.cases.outages import OutageCases
 
 pytestmark = pytest.mark.postgres
 
@@ -18,10 +19,9 @@ class TestPostgresQueue(QueueConformance):
     def make_harness(self) -> Harness:
         return postgres_harness()
 
-    @pytest.mark.skip(
-        reason="issue 14, open: the state machine runs past the 120 s test timeout on "
-        "PostgreSQL (about 0.2 s per example, most of it in each example's teardown); "
-        "every fixed property passes"
-    )
-    def test_random_operations_agree_with_the_reference_model(self) -> None:
-        """Skipped here (see the reason); kept in the suite for every other backend."""
+
+class TestPostgresQueueOutages(OutageCases):
+    """Restart, crash (``kill -9``) and outage on a private throwaway server."""
+
+    def make_harness(self) -> Harness:
+        return postgres_outage_harness()

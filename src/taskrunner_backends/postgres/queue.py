@@ -84,6 +84,9 @@ _LOCKED_POLL_SECONDS = 0.05
 
 _MAX_INT4 = 2**31 - 1
 
+# Longest stretch the pool retries one connection before leaving it to the next call.
+_RECONNECT_SECONDS = 5.0
+
 _BASE = Capabilities(
     blocking_receive=True,
     ordering="fifo",
@@ -186,39 +189,50 @@ FROM (SELECT released.*, row_number() OVER () AS n FROM released) r
 """
 )
 
-_DEAD_LETTER = (
-    """
-WITH gone AS (
-    DELETE FROM {s}.messages m USING"""
-    + _FENCE.replace("FROM", "", 1)
-    + """RETURNING m.id, d.owner, d.dc, m.body, m.added_at
+# Dead letters are stored in the batch's order (a delivery's first copy counts), so
+# list_dead_letters shows them in the order the caller gave them up.
+_DEAD_LETTER = """
+WITH d AS (
+    SELECT DISTINCT ON (id, owner, dc) id, owner, dc, n
+    FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(counts)s::int[])
+         WITH ORDINALITY AS u(id, owner, dc, n)
+    ORDER BY id, owner, dc, n
+), gone AS (
+    DELETE FROM {s}.messages m USING d
+    WHERE m.id = d.id AND m.queue = %(queue)s AND m.owner = d.owner
+      AND m.delivery_count = d.dc
+    RETURNING m.id, d.owner, d.dc, d.n, m.body, m.added_at
 ), buried AS (
     INSERT INTO {s}.dead_letters (queue, original_id, body, reason, delivery_count, added_at)
     SELECT %(queue)s, gone.id, gone.body, %(reason)s, gone.dc, gone.added_at
-    FROM gone ORDER BY gone.id
+    FROM gone ORDER BY gone.n
 )
 SELECT id, owner, dc FROM gone
 """
-)
 
+# One statement, one instant (statement_timestamp()) for every count and age; the
+# consumers are the owners of in-flight rows (idle = since their latest grant or
+# heartbeat), aggregated into parallel arrays.
 _STATS = """
+WITH q AS (
+    SELECT owner, available_at, leased_at FROM {s}.messages WHERE queue = %(queue)s
+), c AS (
+    SELECT owner, count(*) AS n,
+           extract(epoch FROM statement_timestamp() - max(leased_at))::float8 AS idle
+    FROM q WHERE owner IS NOT NULL GROUP BY owner
+)
 SELECT
-    count(*) FILTER (WHERE owner IS NULL AND available_at <= statement_timestamp()),
-    count(*) FILTER (WHERE owner IS NULL AND available_at > statement_timestamp()),
-    count(*) FILTER (WHERE owner IS NOT NULL),
-    extract(epoch FROM statement_timestamp() - min(available_at)
-        FILTER (WHERE owner IS NULL AND available_at <= statement_timestamp()))::float8,
-    extract(epoch FROM statement_timestamp() - min(leased_at)
-        FILTER (WHERE owner IS NOT NULL))::float8,
-    (SELECT count(*) FROM {s}.dead_letters WHERE queue = %(queue)s)
-FROM {s}.messages WHERE queue = %(queue)s
-"""
-
-_CONSUMERS = """
-SELECT owner, count(*),
-       extract(epoch FROM statement_timestamp() - max(leased_at))::float8
-FROM {s}.messages WHERE queue = %s AND owner IS NOT NULL
-GROUP BY owner ORDER BY owner
+    (SELECT count(*) FROM q WHERE owner IS NULL AND available_at <= statement_timestamp()),
+    (SELECT count(*) FROM q WHERE owner IS NULL AND available_at > statement_timestamp()),
+    (SELECT count(*) FROM q WHERE owner IS NOT NULL),
+    (SELECT extract(epoch FROM statement_timestamp() - min(available_at))::float8
+     FROM q WHERE owner IS NULL AND available_at <= statement_timestamp()),
+    (SELECT extract(epoch FROM statement_timestamp() - min(leased_at))::float8
+     FROM q WHERE owner IS NOT NULL),
+    (SELECT count(*) FROM {s}.dead_letters WHERE queue = %(queue)s),
+    (SELECT array_agg(owner ORDER BY owner) FROM c),
+    (SELECT array_agg(n ORDER BY owner) FROM c),
+    (SELECT array_agg(idle ORDER BY owner) FROM c)
 """
 
 _LEN = "SELECT count(*) FROM {s}.messages WHERE queue = %s"
@@ -270,14 +284,15 @@ ON CONFLICT (queue, instance) DO UPDATE SET
 
 _REMOVE_WORKER = "DELETE FROM {s}.workers WHERE queue = %s AND instance = %s"
 
+# Reads the live rows and forgets long-expired ones in one statement (the DELETE sees
+# the same snapshot, so it never removes a row this read lists).
 _LIVE_WORKERS = """
+WITH forgotten AS (
+    DELETE FROM {s}.workers
+    WHERE queue = %(queue)s AND expires_at <= clock_timestamp() - interval '1 minute'
+)
 SELECT instance, workers, busy, average_seconds, seen_at FROM {s}.workers
-WHERE queue = %s AND expires_at > clock_timestamp()
-"""
-
-_FORGET_WORKERS = """
-DELETE FROM {s}.workers
-WHERE queue = %s AND expires_at <= clock_timestamp() - interval '1 minute'
+WHERE queue = %(queue)s AND expires_at > clock_timestamp()
 """
 
 
@@ -392,6 +407,7 @@ class PostgresQueue:
         self._ack_sql = sql(_ACK)
         self._release_sql = sql(_RELEASE)
         self._dead_letter_sql = sql(_DEAD_LETTER)
+        self._stats_sql = sql(_STATS)
 
     def __repr__(self) -> str:
         return (
@@ -445,6 +461,11 @@ class PostgresQueue:
     def lookup(self) -> MessageLookup:
         """The state of messages by id."""
         return self._lookup
+
+    @property
+    def listener(self) -> Listener:
+        """The handle's LISTEN connection (for tests: `Listener.connected`, its events)."""
+        return self._listener
 
     @property
     def database(self) -> Database:
@@ -633,10 +654,9 @@ class PostgresQueue:
         return await self._fenced("dead letter", self._dead_letter_sql, deliveries, reason=encoded)
 
     async def stats(self) -> QueueStats:
-        """Counts, ages and consumers in two statements."""
-        rows = await self._fetch("stats", self._db.sql(_STATS), {"queue": self._queue})
-        ready, delayed, in_flight, ready_age, idle, dead = rows[0]
-        consumers = await self._fetch("stats", self._db.sql(_CONSUMERS), (self._queue,))
+        """Counts, ages and consumers, in one statement (one instant of the server's clock)."""
+        rows = await self._fetch("stats", self._stats_sql, {"queue": self._queue})
+        ready, delayed, in_flight, ready_age, idle, dead, owners, counts, idles = rows[0]
         return QueueStats(
             ready=int(ready),
             delayed=int(delayed),
@@ -650,7 +670,9 @@ class PostgresQueue:
                     pending=int(count),
                     idle_seconds=None if seconds is None else max(0.0, float(seconds)),
                 )
-                for owner, count, seconds in consumers
+                for owner, count, seconds in zip(
+                    owners or (), counts or (), idles or (), strict=True
+                )
             ),
         )
 
@@ -751,9 +773,10 @@ class PostgresQueue:
             )
 
     async def live_workers(self) -> list[WorkerInfo]:
-        """Rows refreshed within their TTL; long-expired rows are deleted on the way."""
-        rows = await self._fetch("live workers", self._db.sql(_LIVE_WORKERS), (self._queue,))
-        await self._db.execute("live workers", self._db.sql(_FORGET_WORKERS), (self._queue,))
+        """Rows refreshed within their TTL (one statement; it also deletes long-expired rows)."""
+        rows = await self._fetch(
+            "live workers", self._db.sql(_LIVE_WORKERS), {"queue": self._queue}
+        )
         return [
             WorkerInfo(
                 instance=instance,
@@ -775,6 +798,11 @@ async def _open_database(parsed: PostgresUrl) -> Database:
         open=False,
         kwargs={"autocommit": True},
         name=f"taskrunner:{parsed.schema}",
+        # psycopg_pool doubles its reconnect delay without bound until reconnect_timeout
+        # (default 5 min): after a minute-long outage its next attempt could be half a
+        # minute away. Giving up sooner frees the slot, and the next call starts a
+        # fresh attempt at once, so a returning server is found within seconds.
+        reconnect_timeout=min(parsed.pool_timeout, _RECONNECT_SECONDS),
     )
     try:
         with translate_errors(f"connect to {parsed.display}", parsed.secrets):

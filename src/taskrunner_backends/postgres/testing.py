@@ -28,10 +28,19 @@ from psycopg import sql
 
 from taskrunner.queue import Delivery, Queue
 
+from .local_server import LocalPostgres
 from .queue import PostgresQueue, open_from_url
 from .scheduling import parse_message_id
+from .url import parse_url
 
-__all__ = ["PostgresHarness", "age_lease", "postgres_harness", "with_options"]
+__all__ = [
+    "PostgresHarness",
+    "RestartablePostgresHarness",
+    "age_lease",
+    "postgres_harness",
+    "postgres_outage_harness",
+    "with_options",
+]
 
 
 def with_options(url: str, **options: str) -> str:
@@ -75,6 +84,7 @@ class PostgresHarness:
             (created by the first open; dropped by `drop_schema`).
 
     Hooks: `age_lease` and `storage_size`; dead letters are read through `QueueAdmin`.
+    The outage hooks are on `RestartablePostgresHarness` (a private server).
     """
 
     #: The lease the suite grants (seconds, before the suite's time scale).
@@ -92,12 +102,17 @@ class PostgresHarness:
         await asyncio.sleep(seconds)
 
     async def cleanup(self, namespace: str) -> None:
-        """Delete the queue's rows in every table."""
-        queue = await open_from_url(self.url, queue_name=namespace)
-        try:
-            await queue.delete_queue()
-        finally:
-            await queue.aclose()
+        """Delete the queue's rows in every table (one plain connection: no pool, no LISTEN)."""
+        parsed = parse_url(self.url)
+        connect = psycopg.AsyncConnection.connect(parsed.conninfo, autocommit=True)
+        async with await connect as conn, conn.transaction():
+            for table in _TABLES:
+                await conn.execute(
+                    sql.SQL("DELETE FROM {}.{} WHERE queue = %s").format(
+                        sql.Identifier(parsed.schema), sql.Identifier(table)
+                    ),
+                    (namespace,),
+                )
 
     async def age_lease(self, queue: Queue, delivery: Delivery, seconds: float) -> None:
         """Move the lease's grant or last heartbeat `seconds` into the past."""
@@ -113,6 +128,36 @@ class PostgresHarness:
         )
         rows = await db.fetch("storage size", db.sql(f"SELECT {counts}"), {"q": queue.queue_name})
         return int(rows[0][0])
+
+
+class RestartablePostgresHarness(PostgresHarness):
+    """`PostgresHarness` on a private `LocalPostgres` it may restart, stop or kill.
+
+    Args:
+        url: As for `PostgresHarness`, on `server`.
+        server: The private server (nobody else's data lives there).
+    """
+
+    def __init__(self, url: str, server: LocalPostgres) -> None:
+        super().__init__(url)
+        self._server = server
+
+    async def restart_backend(self) -> None:
+        """A clean shutdown and start (``pg_ctl stop -m fast``, then start)."""
+        await asyncio.to_thread(self._server.restart)
+
+    async def stop_backend(self) -> None:
+        """Stop the server; connections break and new ones are refused."""
+        await asyncio.to_thread(self._server.stop)
+
+    async def start_backend(self) -> None:
+        """Start it again on the same port."""
+        await asyncio.to_thread(self._server.start)
+
+    async def crash_backend(self) -> None:
+        """``kill -9`` the postmaster and its children, then start again (crash recovery)."""
+        await asyncio.to_thread(self._server.kill)
+        await asyncio.to_thread(self._server.start)
 
 
 _SHARED: dict[str, Any] = {}
@@ -133,17 +178,36 @@ def postgres_harness() -> PostgresHarness:
     The private server and the schema are made once per process and removed at exit.
     """
     if "url" not in _SHARED:
-        base = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL")
-        if not base:
-            from .local_server import LocalPostgres
-
-            server = LocalPostgres()
-            server.start()
-            atexit.register(server.cleanup)
-            _SHARED["server"] = server
-            base = server.url()
-        schema = f"tr_conformance_{secrets.token_hex(4)}"
-        plain = urlunsplit(urlsplit(base)._replace(query=""))
-        atexit.register(_drop_schema, plain, schema)
-        _SHARED["url"] = with_options(base, schema=schema)
+        base = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL") or _private_server().url()
+        _SHARED["url"] = _fresh_schema(base)
     return PostgresHarness(str(_SHARED["url"]))
+
+
+def postgres_outage_harness() -> RestartablePostgresHarness:
+    """A harness on a private throwaway server of its own, with the outage hooks.
+
+    Always private (never ``TASKRUNNER_TEST_POSTGRES_URL``: it stops and kills the
+    server); started once per process and removed at exit.
+    """
+    server = _private_server()
+    if "outage_url" not in _SHARED:
+        _SHARED["outage_url"] = _fresh_schema(server.url())
+    return RestartablePostgresHarness(str(_SHARED["outage_url"]), server)
+
+
+def _private_server() -> LocalPostgres:
+    if "server" not in _SHARED:
+        server = LocalPostgres()
+        server.start()
+        atexit.register(server.cleanup)
+        _SHARED["server"] = server
+    found: LocalPostgres = _SHARED["server"]
+    return found
+
+
+def _fresh_schema(base: str) -> str:
+    """`base` with a new ``tr_conformance_<hex>`` schema, dropped at exit."""
+    schema = f"tr_conformance_{secrets.token_hex(4)}"
+    plain = urlunsplit(urlsplit(base)._replace(query=""))
+    atexit.register(_drop_schema, plain, schema)
+    return with_options(base, schema=schema)

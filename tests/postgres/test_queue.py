@@ -1,0 +1,234 @@
+"""PostgresQueue at the edges users rely on that the conformance suite does not probe.
+
+Ids nobody could have issued, NUL in names, how fast a blocked receive wakes (on a
+notification from another handle, and at a delayed message's due time, both well
+before the 1 s safety poll), what open does with the schema's version and the server's
+durability setting, and what it says when the server is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from taskrunner.errors import BackendUnavailableError, ConfigurationError, QueueClosedError
+from taskrunner.queue import Delivery, Receipt, WorkerInfo
+from taskrunner_backends.postgres import PostgresQueue, migrate_from_url, open_from_url
+from taskrunner_backends.postgres.queue import SAFETY_POLL_SECONDS
+from taskrunner_backends.postgres.schema import LATEST_VERSION
+from taskrunner_backends.postgres.testing import with_options
+
+pytestmark = pytest.mark.postgres
+
+# Wakes must come from a notification or a due time, so well under the safety poll.
+WAKE_BOUND = 0.3
+assert WAKE_BOUND < SAFETY_POLL_SECONDS / 2
+
+
+@pytest.fixture
+def url(postgres_url: str, postgres_schema: str) -> str:
+    """A URL on the test's own (not yet created) schema."""
+    return with_options(postgres_url, schema=postgres_schema)
+
+
+@asynccontextmanager
+async def opened(url: str, queue_name: str = "jobs") -> AsyncIterator[PostgresQueue]:
+    queue = await open_from_url(url, queue_name=queue_name)
+    try:
+        yield queue
+    finally:
+        await queue.aclose()
+
+
+def _delivery(message_id: str, consumer: str = "c", count: int = 1) -> Delivery:
+    return Delivery(
+        message_id=message_id,
+        body=b"",
+        delivery_count=count,
+        receipt=Receipt(consumer=consumer, delivery_count=count),
+    )
+
+
+async def test_ids_nobody_issued_are_lost_not_errors(url: str) -> None:
+    async with opened(url) as queue:
+        [real] = await queue.add([b"x"])
+        [held] = await queue.receive("c", max_messages=1, wait_seconds=0, lease_seconds=30)
+        bogus = [
+            _delivery(str(2**63)),  # one past bigint
+            _delivery("9" * 40),
+            _delivery("-1"),
+            _delivery("01"),
+            _delivery(" 1"),
+            _delivery("abc"),
+            _delivery(""),
+            _delivery("\uff11"),  # a full-width digit: isdigit() but not ASCII
+            _delivery(real, consumer="c\x00"),  # an owner text cannot hold
+            _delivery(real, count=2**40),  # a count int4 cannot hold
+        ]
+        assert await queue.heartbeat(bogus) == bogus
+        assert await queue.release(bogus) == bogus
+        assert await queue.dead_letter(bogus, reason="r") == bogus
+        assert await queue.ack(bogus) == bogus
+        # The real lease was untouched by all of that.
+        assert await queue.ack([held]) == []
+        assert await queue.len() == 0
+        assert await queue.retry_dead_letters([str(2**63), "x", "-3"]) == []
+        assert await queue.purge_dead_letters([str(2**63), "x"]) == 0
+
+
+async def test_nul_in_names_is_a_value_error_before_anything_changes(url: str) -> None:
+    with pytest.raises(ValueError, match="queue_name"):
+        await open_from_url(url, queue_name="jo\x00bs")
+    async with opened(url) as queue:
+        await queue.add([b"x"])
+        with pytest.raises(ValueError, match="consumer"):
+            await queue.receive("c\x00", max_messages=1, wait_seconds=0, lease_seconds=1)
+        with pytest.raises(ValueError, match="consumer"):
+            await queue.reclaim("c\x00", max_messages=1, lease_seconds=1)
+        with pytest.raises(ValueError, match="instance"):
+            await queue.publish_worker(
+                WorkerInfo(instance="i\x00", workers=1, busy=0, average_seconds=None, seen_at=0),
+                ttl_seconds=5,
+            )
+        with pytest.raises(ValueError, match="surrogate"):
+            await queue.dead_letter([], reason="\udcff")
+        stats = await queue.stats()
+        assert (stats.ready, stats.in_flight, stats.dead) == (1, 0, 0)
+        assert await queue.live_workers() == []
+
+
+async def test_blocked_receive_wakes_on_an_add_from_another_handle(url: str) -> None:
+    async with opened(url) as waiter, opened(url) as adder:
+        await _listening(waiter)
+        task = asyncio.create_task(
+            waiter.receive("w", max_messages=1, wait_seconds=5, lease_seconds=30)
+        )
+        await _looking(waiter)
+        assert not task.done()
+        started = time.monotonic()
+        [message_id] = await adder.add([b"wake"])
+        got = await asyncio.wait_for(task, 5)
+        woke = time.monotonic() - started
+        assert [d.message_id for d in got] == [message_id]
+        assert woke < WAKE_BOUND, f"woke {woke:.3f} s after the add"
+
+
+async def test_released_message_wakes_a_waiting_receive_at_its_due_time(url: str) -> None:
+    async with opened(url) as queue, opened(url) as other:
+        await _listening(other)
+        await queue.add([b"later"])
+        [held] = await queue.receive("a", max_messages=1, wait_seconds=0, lease_seconds=30)
+        delay = 0.6
+        started = time.monotonic()
+        assert await queue.release([held], delay_seconds=delay) == []
+        got = await other.receive("b", max_messages=1, wait_seconds=5, lease_seconds=30)
+        took = time.monotonic() - started
+        assert [d.delivery_count for d in got] == [2]
+        assert delay - 0.05 <= took < delay + WAKE_BOUND, f"delivered after {took:.3f} s"
+
+
+async def test_delayed_add_wakes_a_waiting_receive_at_its_due_time(url: str) -> None:
+    from taskrunner.queue import AddRequest
+
+    async with opened(url) as queue:
+        await _listening(queue)
+        delay = 0.6
+        started = time.monotonic()
+        await queue.scheduling.add_requests([AddRequest(body=b"d", delay_seconds=delay)])
+        got = await queue.receive("b", max_messages=1, wait_seconds=5, lease_seconds=30)
+        took = time.monotonic() - started
+        assert [d.body for d in got] == [b"d"]
+        assert delay - 0.05 <= took < delay + WAKE_BOUND, f"delivered after {took:.3f} s"
+
+
+async def test_aclose_wakes_a_blocked_receive_with_queue_closed(url: str) -> None:
+    queue = await open_from_url(url, queue_name="jobs")
+    await _listening(queue)
+    task = asyncio.create_task(queue.receive("w", max_messages=1, wait_seconds=30, lease_seconds=1))
+    await _looking(queue)
+    started = time.monotonic()
+    await queue.aclose()
+    with pytest.raises(QueueClosedError):
+        await asyncio.wait_for(task, 5)
+    assert time.monotonic() - started < 2
+    await queue.aclose()  # idempotent
+    with pytest.raises(QueueClosedError):
+        await queue.len()
+
+
+async def test_migrate_never_refuses_an_unmigrated_schema(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="taskrunner db migrate"):
+        await open_from_url(with_options(url, migrate="never"), queue_name="jobs")
+    assert await migrate_from_url(url) == [f"1: {_description(1)}"]
+    assert await migrate_from_url(url) == []
+    async with opened(with_options(url, migrate="never")) as queue:
+        assert await queue.len() == 0
+
+
+async def test_a_schema_of_a_newer_taskrunner_is_refused(url: str, postgres_schema: str) -> None:
+    await migrate_from_url(url)
+    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.schema_migrations (version, description) VALUES (%s, 'x')"
+            ).format(sql.Identifier(postgres_schema)),
+            (LATEST_VERSION + 1,),
+        )
+    for mode in ("auto", "never"):
+        with pytest.raises(ConfigurationError, match="newer"):
+            await open_from_url(with_options(url, migrate=mode), queue_name="jobs")
+    with pytest.raises(ConfigurationError, match="newer"):
+        await migrate_from_url(url)
+
+
+async def test_synchronous_commit_off_drops_the_durable_enqueue_claim(url: str) -> None:
+    async with opened(url) as queue:
+        assert queue.capabilities.durable_enqueue
+    off = url + "&options=-c%20synchronous_commit%3Doff"
+    async with opened(off) as queue:
+        assert not queue.capabilities.durable_enqueue
+        assert queue.capabilities.persistent
+
+
+async def test_server_down_is_unavailable_naming_the_masked_url() -> None:
+    # Port 1 on loopback: nothing listens there, so the connection is refused at once.
+    url = "postgresql://bob:hunter2@127.0.0.1:1/db?pool_timeout=0.5&connect_timeout=1"
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailableError) as info:
+        await open_from_url(url, queue_name="jobs")
+    message = str(info.value)
+    assert "postgresql://bob:***@127.0.0.1:1/db" in message
+    assert "hunter2" not in message
+    assert time.monotonic() - started < 5
+
+
+async def _listening(queue: PostgresQueue) -> None:
+    """Wait (bounded) until the queue's LISTEN connection is up."""
+    deadline = time.monotonic() + 5
+    while not queue.listener.connected:
+        assert time.monotonic() < deadline, "the LISTEN connection never came up"
+        await asyncio.sleep(0.01)
+
+
+async def _looking(queue: PostgresQueue) -> None:
+    """Wait (bounded) until a receive on `queue` cleared the wake event to look.
+
+    From then on an add either lands before its look or notifies its wait.
+    """
+    event = queue.listener.messages_event()
+    deadline = time.monotonic() + 5
+    while event.is_set():
+        assert time.monotonic() < deadline, "the receive never started looking"
+        await asyncio.sleep(0.005)
+
+
+def _description(version: int) -> str:
+    from taskrunner_backends.postgres.schema import MIGRATIONS
+
+    return next(step.description for step in MIGRATIONS if step.version == version)
