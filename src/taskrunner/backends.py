@@ -34,6 +34,7 @@ __all__ = [
     "check_url",
     "connect",
     "known_schemes",
+    "migrate",
     "open_queue",
 ]
 
@@ -127,6 +128,41 @@ def _factory(scheme: str) -> BackendFactory:
             setting="url",
         )
     return cast(BackendFactory, factory)
+
+
+def _backend_module(scheme: str) -> Any:
+    """The module holding the factory of `scheme` (built in or an entry point's), imported."""
+    target = _BUILT_IN.get(scheme)
+    if target is None:
+        entry_point = next(iter(entry_points(group=ENTRY_POINT_GROUP, name=scheme)))
+        target = entry_point.value
+    module_name = target.partition(":")[0].strip()
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"backend for {scheme}:// ({module_name}) cannot be imported: {exc}", setting="url"
+        ) from exc
+
+
+async def migrate(url: str) -> list[str]:
+    """Bring the backend's schema at `url` to the latest version; returns the steps applied.
+
+    A backend that keeps a schema (PostgreSQL) offers ``migrate_from_url(url) ->
+    list[str]`` beside its factory; the steps are described as it words them, and an
+    empty list means the schema was already up to date. Running it again is harmless.
+
+    Raises:
+        ConfigurationError: The URL is malformed, its scheme unknown, its backend has no
+            schema to migrate, or the schema is newer than this taskrunner.
+        BackendUnavailableError: The backend could not be reached.
+    """
+    scheme = check_url(url)
+    migrate_from_url = getattr(_backend_module(scheme), "migrate_from_url", None)
+    if not callable(migrate_from_url):
+        raise ConfigurationError(f"the {scheme} backend has no schema to migrate", setting="url")
+    applied = await migrate_from_url(url)
+    return [str(step) for step in applied]
 
 
 async def connect(url: str, queue_name: str, *, clock: Clock | None = None) -> Queue:

@@ -10,6 +10,7 @@ Commands::
     taskrunner inspect [MODULE:APP | --queue NAME ...] [--json]
     taskrunner dead-letters list|show ID|retry ID...|--all|purge ID...|--all [--yes]
     taskrunner queue delete NAME [--yes]
+    taskrunner db migrate [--url URL]   (apply a PostgreSQL schema's migrations)
     taskrunner demo [--url URL] [--tasks N] [--num-workers N]
     taskrunner config [--json]          (the effective settings and their sources)
 
@@ -43,7 +44,7 @@ backend goes away *after* start does not exit: it logs, backs off and resumes, s
 a supervisor does not restart-loop it.
 
 One module per command (``worker``, ``enqueue``, ``inspect``, ``dead_letters``,
-``queue``, ``demo``, ``config``; ``scheduling`` has ``cancel`` and ``schedules``);
+``queue``, ``db``, ``demo``, ``config``; ``scheduling`` has ``cancel`` and ``schedules``);
 ``common`` holds what they share, ``output`` the printing.
 """
 
@@ -63,6 +64,7 @@ from typing import Any
 from taskrunner import __version__
 from taskrunner.cli import (
     config,
+    db,
     dead_letters,
     demo,
     enqueue,
@@ -119,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     scheduling.add_parsers(commands, common)
     demo.add_parser(commands)
     config.add_parser(commands, common)
+    db.add_parser(commands, common)
     return parser
 
 
@@ -257,4 +260,6 @@ def _run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
         return asyncio.run(scheduling.run_cancel(args, settings, out))
     if command == "schedules":
         return asyncio.run(scheduling.run_schedules(args, settings, out))
+    if command == "db":
+        return asyncio.run(db.run_db(args, settings, out))
     return asyncio.run(dead_letters.run_dead_letters(args, settings, out))
