@@ -18,6 +18,10 @@ other on the same table:
   ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED) RETURNING id, body``, one statement per
   batch, until all N are gone. No lease, no redelivery after a crash: the floor a
   consumer of this table cannot go under. Timed: first DELETE to last reply.
+* ``sql_cycle``: N rows inserted again (untimed), then drained by the backend's own
+  receive and fenced ack statements (its module's SQL), 100 at a time, back to back on
+  one connection: no runner, no task. The ceiling of that pair of statements in
+  sequence; ``ratio_sql`` = sql_cycle / raw_consume (not part of ``ratio_e2e``).
 * ``dispatch``: ``Producer.dispatch_many`` of N no-op tasks through `PostgresQueue`.
   Timed: the call.
 * ``e2e``: one worker *process* (this file with ``--worker``), started after the
@@ -68,6 +72,7 @@ import psycopg_pool
 from psycopg import sql
 
 import taskrunner
+from taskrunner_backends.postgres import queue as pg_queue
 from taskrunner_backends.postgres.db import Database
 from taskrunner_backends.postgres.queue import open_from_url
 from taskrunner_backends.postgres.schema import migrate
@@ -217,6 +222,36 @@ async def raw_consume(conn: psycopg.AsyncConnection[Any], schema: str, n: int) -
     return n / (time.perf_counter() - started)
 
 
+async def sql_cycle(conn: psycopg.AsyncConnection[Any], schema: str, n: int) -> float:
+    """The backend's own receive and fenced ack statements, back to back, 100 at a time.
+
+    No runner, no task, one connection: the ceiling of those two statements in sequence
+    (the SQL is the backend's, read from its module, so the figure follows its changes).
+    """
+    receive = sql.SQL(pg_queue._RECEIVE).format(s=sql.Identifier(schema))
+    ack = sql.SQL(pg_queue._ACK).format(s=sql.Identifier(schema))
+    done = 0
+    started = time.perf_counter()
+    while done < n:
+        cursor = await conn.execute(
+            receive, {"queue": "raw", "consumer": "c", "lease": 60.0, "limit": RAW_BATCH}
+        )
+        rows = await cursor.fetchall()
+        if not rows:
+            raise SystemExit(f"sql_cycle found the table empty after {done} of {n}")
+        await conn.execute(
+            ack,
+            {
+                "ids": [row[0] for row in rows],
+                "owners": ["c"] * len(rows),
+                "counts": [row[2] for row in rows],
+                "queue": "raw",
+            },
+        )
+        done += len(rows)
+    return n / (time.perf_counter() - started)
+
+
 async def vacuum(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
     """Untimed, between phases: each measurement starts without the last one's dead rows."""
     await conn.execute(sql.SQL("VACUUM (ANALYZE) {s}.messages").format(s=sql.Identifier(schema)))
@@ -328,6 +363,9 @@ async def one_run(url: str, n: int, configs: list[str]) -> dict[str, float]:
                 middle2 = await cpu.read(raw_tag)
                 result["raw_consume"] = await raw_consume(raw, schema, n)
                 after = await cpu.read(raw_tag)
+                await raw_produce(raw, schema, body, n)
+                await vacuum(conn, schema)
+                result["sql_cycle"] = await sql_cycle(raw, schema, n)
             finally:
                 await raw.close()
             if before is not None and middle is not None:
@@ -385,6 +423,7 @@ async def one_run(url: str, n: int, configs: list[str]) -> dict[str, float]:
                 result[f"ratio_e2e[{config}]"] = result[f"e2e[{config}]"] / result["raw_consume"]
             result["ratio_e2e"] = result[f"ratio_e2e[{first}]"]
             result["ratio_dispatch"] = result["dispatch"] / result["raw_produce"]
+            result["ratio_sql"] = result["sql_cycle"] / result["raw_consume"]
             return result
         finally:
             await queue.aclose()
@@ -425,6 +464,7 @@ async def bench(url: str, n: int, runs: int, configs: list[str]) -> dict[str, An
         ("dispatch", "Producer.dispatch_many"),
     ]
     rows.append(("raw_consume", "raw DELETE ... SKIP LOCKED LIMIT 100"))
+    rows.append(("sql_cycle", "the backend's receive + ack SQL of 100, back to back"))
     for key, label in rows:
         if f"server_us[{key}]" in median:
             label += f" (server {median[f'server_us[{key}]']:.1f} µs/job)"
@@ -444,6 +484,7 @@ async def bench(url: str, n: int, runs: int, configs: list[str]) -> dict[str, An
         key = f"ratio_e2e[{config}]"
         print(f"  {key:<28} {median[key]:>10.2f}   (e2e / raw_consume)")
     print(f"  {'ratio_dispatch':<28} {median['ratio_dispatch']:>10.2f}   (dispatch / raw_produce)")
+    print(f"  {'ratio_sql':<28} {median['ratio_sql']:>10.2f}   (sql_cycle / raw_consume)")
     report: dict[str, Any] = {
         key: round(
             value, 3 if key.startswith(("ratio", "worker", "server", "busy", "other")) else 0
