@@ -162,6 +162,21 @@ async def test_aclose_wakes_a_blocked_receive_with_queue_closed(url: str) -> Non
         await queue.len()
 
 
+async def test_cancelling_a_waiting_receive_propagates_and_leaves_no_task(url: str) -> None:
+    async with opened(url) as queue:
+        await _listening(queue)
+        before = asyncio.all_tasks()
+        task = asyncio.create_task(
+            queue.receive("w", max_messages=1, wait_seconds=30, lease_seconds=1)
+        )
+        await _looking(queue)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
+        assert asyncio.all_tasks() - before == set()
+        assert await queue.len() == 0  # the handle still works
+
+
 async def test_migrate_never_refuses_an_unmigrated_schema(url: str) -> None:
     with pytest.raises(ConfigurationError, match="taskrunner db migrate"):
         await open_from_url(with_options(url, migrate="never"), queue_name="jobs")

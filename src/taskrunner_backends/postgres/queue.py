@@ -22,7 +22,6 @@ client's: workers on machines with skewed clocks agree on every lease.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -567,10 +566,10 @@ class PostgresQueue:
         finally:
             for waiter in waiters:
                 waiter.cancel()
-            # Reap them, so none is left pending; their CancelledError is ours to drop.
-            for waiter in waiters:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await waiter
+            # Reap them so none is left pending. asyncio.wait collects their
+            # CancelledErrors without raising them, but still raises a cancellation of
+            # this task (suppressing CancelledError here could swallow that one).
+            await asyncio.wait(waiters)
 
     async def _lease(
         self, query: Any, action: str, consumer: str, lease: float, limit: int

@@ -10,8 +10,11 @@ None of this is for production code: the hooks reach under the contract on purpo
     python -m taskrunner_conformance taskrunner_backends.postgres.testing:postgres_harness
 
 on the server at ``TASKRUNNER_TEST_POSTGRES_URL`` or, without it, on a private
-throwaway server (`local_server`). Every harness of a process shares one fresh schema
-(``tr_conformance_<hex>``, dropped at exit); each test's namespace is its queue name.
+throwaway server (`local_server`), where it also restarts, stops and kills the server
+for the outage properties (`RestartablePostgresHarness`; `postgres_outage_harness`
+always does, on a private server). Every harness of a process shares one fresh schema
+per server (``tr_conformance_<hex>``, dropped at exit); each test's namespace is its
+queue name.
 """
 
 from __future__ import annotations
@@ -175,12 +178,17 @@ def _drop_schema(url: str, schema: str) -> None:
 def postgres_harness() -> PostgresHarness:
     """A harness on ``TASKRUNNER_TEST_POSTGRES_URL``, else on a private throwaway server.
 
-    The private server and the schema are made once per process and removed at exit.
+    On the private server (nobody else's) it is a `RestartablePostgresHarness`, so the
+    suite also checks restarts, crashes and outages; on a given URL it never stops the
+    server. The private server and the schema are made once per process and removed
+    at exit.
     """
-    if "url" not in _SHARED:
-        base = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL") or _private_server().url()
-        _SHARED["url"] = _fresh_schema(base)
-    return PostgresHarness(str(_SHARED["url"]))
+    given = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL")
+    if given:
+        if "url" not in _SHARED:
+            _SHARED["url"] = _fresh_schema(given)
+        return PostgresHarness(str(_SHARED["url"]))
+    return postgres_outage_harness()
 
 
 def postgres_outage_harness() -> RestartablePostgresHarness:
