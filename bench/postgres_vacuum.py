@@ -24,6 +24,9 @@ with the server's settings (printed: ``autovacuum_naptime``,
 ``--private`` starts a throwaway server (the machine's PostgreSQL 15 binaries, initdb's
 stock settings, so autovacuum on) instead of ``--url``, and ``--server-setting
 name=value`` (repeatable) changes one of its settings, e.g. ``autovacuum_naptime=10s``.
+``--backlog N`` first adds N rows due in a day (live all along: a big queue, as far as
+autovacuum's thresholds go); ``--hold-snapshot`` keeps another session's transaction
+open through the load (an idle-in-transaction client).
 ``--table-settings 'autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=1000'``
 (for example) applies per-table storage parameters to ``messages`` before the load, to
 compare; ``fillfactor=N`` is one too. The last line is a JSON object with the summary.
@@ -238,13 +241,38 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             num_workers=300, batch_size=50, lease_seconds=args.lease, block_seconds=1.0
         )
         runner = taskrunner.Runner(worker_queue, app, config)
+        holder: psycopg.AsyncConnection[Any] | None = None
         try:
+            if args.backlog:
+                # Rows due in a day: live the whole run, never received (the receive's
+                # index scan stops at the first row not yet due).
+                await conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {s}.messages (queue, body, available_at)"
+                        " SELECT %s, %s, clock_timestamp() + interval '1 day'"
+                        " FROM generate_series(1, %s)"
+                    ).format(s=ident),
+                    (QUEUE_NAME, b"x" * 120, args.backlog),
+                )
+                await conn.execute(sql.SQL("ANALYZE {s}.messages").format(s=ident))
+                # Statistics are flushed lazily: the backlog's inserts must be in `base`.
+                try:
+                    await conn.execute("SELECT pg_stat_force_next_flush()")
+                    await conn.execute("SELECT 1")
+                except psycopg.errors.UndefinedFunction:  # before PostgreSQL 15
+                    await asyncio.sleep(1.5)
+            if args.hold_snapshot:
+                # Another session's open snapshot: vacuum may remove nothing newer.
+                holder = await psycopg.AsyncConnection.connect(args.url)
+                await holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                await holder.execute("SELECT 1")
             base = await sample(conn, schema)
             indexes_before = await index_sizes(conn, schema)
             print(
                 f"load: {args.rate:.0f} jobs/s for {args.seconds:.0f} s, "
                 f"{args.long_fraction:.0%} of them {args.long_seconds} s long, "
-                f"lease {args.lease} s; table settings: {args.table_settings or 'none'}",
+                f"lease {args.lease} s; table settings: {args.table_settings or 'none'}; "
+                f"backlog {args.backlog}; snapshot held: {args.hold_snapshot}",
                 flush=True,
             )
             print(
@@ -271,10 +299,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             # Let the worker finish what was added (bounded), then stop it.
             deadline = time.monotonic() + args.long_seconds + 30
             while True:
-                if not await producer_queue.len() or time.monotonic() > deadline:
+                if await producer_queue.len() <= args.backlog or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.1)
-            left = await producer_queue.len()
+            left = await producer_queue.len() - args.backlog
             runner.stop()
             await worker_task
             elapsed = time.monotonic() - started
@@ -286,6 +314,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             indexes_after = await index_sizes(conn, schema)
             stats = runner.stats()
         finally:
+            if holder is not None:
+                await holder.close()
             await producer_queue.aclose()
             await worker_queue.aclose()
         updates = end["upd"] - base["upd"]
@@ -315,6 +345,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "long_fraction": args.long_fraction,
             "lease_seconds": args.lease,
             "table_settings": args.table_settings,
+            "backlog": args.backlog,
+            "hold_snapshot": args.hold_snapshot,
             "server_settings": settings,
         }
         print(
@@ -352,6 +384,14 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=2.0, help="lease_seconds")
     parser.add_argument("--sample", type=float, default=5.0, help="seconds between samples")
     parser.add_argument("--table-settings", default="", help="storage parameters of messages")
+    parser.add_argument(
+        "--backlog", type=int, default=0, help="rows due in a day, added before the load"
+    )
+    parser.add_argument(
+        "--hold-snapshot",
+        action="store_true",
+        help="another session holds a transaction open through the load",
+    )
     args = parser.parse_args()
     if bool(args.url) == args.private:
         parser.error("give exactly one of --url and --private")
