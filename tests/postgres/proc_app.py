@@ -2,7 +2,8 @@
 
 Tasks report what they do to the test through the table ``test_events`` in the test's
 schema (they run in other processes), one row per event: ``kind`` (``started``,
-``finished`` or ``run``), ``name``, ``pid``, ``delivery_count``, ``message_id``.
+``finished`` or ``run``), ``name``, ``pid``, ``delivery_count``, ``message_id`` and
+``at`` (the server's clock).
 Where that table is comes from the environment: ``TR_TEST_EVENTS_URL`` (a libpq URL)
 and ``TR_TEST_EVENTS_SCHEMA``. `create_events_table` makes it.
 """
@@ -42,7 +43,8 @@ def create_events_table(conn: psycopg.Connection[Any], schema: str) -> None:
     conn.execute(
         sql.SQL(
             "CREATE TABLE {}.test_events (seq bigint GENERATED ALWAYS AS IDENTITY, "
-            "kind text, name text, pid int, delivery_count int, message_id text)"
+            "kind text, name text, pid int, delivery_count int, message_id text, "
+            "at timestamptz NOT NULL DEFAULT clock_timestamp())"
         ).format(sql.Identifier(schema))
     )
 

@@ -186,7 +186,8 @@ def _events(events_url: str) -> Callable[[], Awaitable[list[tuple[Any, ...]]]]:
         async with await psycopg.AsyncConnection.connect(events_url, autocommit=True) as conn:
             cursor = await conn.execute(
                 sql.SQL(
-                    "SELECT kind, name, pid, delivery_count, message_id "
+                    "SELECT kind, name, pid, delivery_count, message_id, "
+                    "extract(epoch FROM at)::float8 "
                     "FROM {}.test_events ORDER BY seq"
                 ).format(sql.Identifier(SCHEMA))
             )
@@ -249,7 +250,10 @@ async def test_a_worker_process_killed_mid_task_loses_nothing_and_its_task_runs_
     assert runs == dict.fromkeys(range(50), 1)
     assert {e[2] for e in events if e[0] == "run"} == {survivor.pid}
     assert stats.dead == 0
-    # Reclaimed only once the lease lapsed (it was granted before the kill).
+    # Taken over only once the lease lapsed: it was heartbeated until the kill, so the
+    # second start comes a whole lease after the first at least (server clock).
+    first_start, second_start = (e[5] for e in events if e[:2] == ("started", "victim"))
+    assert second_start - first_start >= lease - 0.05
     assert time.monotonic() - killed_at < DEADLINE
 
 
