@@ -83,7 +83,10 @@ async def test_an_unknown_scheme_lists_the_known_ones_and_masks_the_password() -
 
     text = str(caught.value)
     assert "no backend for URL scheme 'redis+sentinel'" in text
-    assert "known schemes: memory, redis, redis+cluster, rediss, rediss+cluster, unix" in text
+    assert (
+        "known schemes: memory, postgres, postgresql, redis, redis+cluster, rediss, "
+        "rediss+cluster, unix" in text
+    )
     assert "hunter2" not in text
 
 

@@ -220,7 +220,7 @@ FILE = "FILE"  # replaced by the path of the file a case writes
         (
             {"env": {"TASKRUNNER_URL": "reddis://127.0.0.1"}},
             "environment variable TASKRUNNER_URL: no backend for URL scheme 'reddis' in "
-            "'reddis://127.0.0.1'; did you mean redis://? known schemes: memory, redis,",
+            "'reddis://127.0.0.1'; did you mean redis://? known schemes: memory, postgres,",
         ),
         (
             {"env": {"TASKRUNNER_URL": "127.0.0.1:6379"}},
