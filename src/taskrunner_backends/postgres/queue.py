@@ -265,16 +265,14 @@ WHERE queue = %(queue)s AND (%(all)s OR id = ANY(%(ids)s::bigint[]))
 
 _PURGE = "DELETE FROM {s}.messages WHERE queue = %s"
 
-# Every table's rows of the queue, in one statement (so one transaction).
-_DELETE_QUEUE = """
-WITH m AS (DELETE FROM {s}.messages WHERE queue = %(queue)s),
-     d AS (DELETE FROM {s}.dead_letters WHERE queue = %(queue)s),
-     w AS (DELETE FROM {s}.workers WHERE queue = %(queue)s),
-     l AS (DELETE FROM {s}.leaders WHERE queue = %(queue)s),
-     f AS (DELETE FROM {s}.fires WHERE queue = %(queue)s),
-     r AS (DELETE FROM {s}.results WHERE queue = %(queue)s)
-SELECT 1
-"""
+_DELETE_QUEUE = (
+    "DELETE FROM {s}.messages WHERE queue = %s",
+    "DELETE FROM {s}.dead_letters WHERE queue = %s",
+    "DELETE FROM {s}.workers WHERE queue = %s",
+    "DELETE FROM {s}.leaders WHERE queue = %s",
+    "DELETE FROM {s}.fires WHERE queue = %s",
+    "DELETE FROM {s}.results WHERE queue = %s",
+)
 
 _PUBLISH_WORKER = """
 INSERT INTO {s}.workers
@@ -737,9 +735,11 @@ class PostgresQueue:
         return await self._db.execute("purge", self._db.sql(_PURGE), (self._queue,))
 
     async def delete_queue(self) -> None:
-        """Delete the queue's rows in every table, in one statement; idempotent."""
+        """Delete the queue's rows in every table, in one transaction; idempotent."""
         self._check_open()
-        await self._fetch("delete queue", self._db.sql(_DELETE_QUEUE), {"queue": self._queue})
+        async with self._db.transaction("delete queue") as conn:
+            for statement in _DELETE_QUEUE:
+                await conn.execute(self._db.sql(statement), (self._queue,))
 
     # -- WorkerRegistry ----------------------------------------------------------------
 
