@@ -5,12 +5,13 @@ schemas and drop only those), else one throwaway `LocalPostgres` for the session
 PostgreSQL found is an error, not a skip: a green run must mean these tests ran.
 
 Fixtures: ``postgres_url`` (session), ``postgres_schema`` (a fresh schema name per test,
-dropped afterwards), ``private_postgres`` (a started server of the test's own, which it
-may kill or restart; deleted afterwards).
+dropped afterwards), ``schema`` (that schema, migrated: a `Migrated`), ``private_postgres``
+(a started server of the test's own, which it may kill or restart; deleted afterwards).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from collections.abc import Iterator
@@ -20,6 +21,9 @@ import psycopg
 import pytest
 
 from taskrunner_backends.postgres.local_server import LocalPostgres
+from taskrunner_backends.postgres.schema import migrate
+
+from .support import Migrated
 
 _HERE = Path(__file__).resolve().parent
 
@@ -55,6 +59,18 @@ def postgres_schema(postgres_url: str) -> Iterator[str]:
         conn.execute(
             psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(psycopg.sql.Identifier(name))
         )
+
+
+@pytest.fixture
+def schema(postgres_url: str, postgres_schema: str) -> Migrated:
+    """``postgres_schema`` created and migrated to the current version."""
+
+    async def setup() -> None:
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+            await migrate(conn, postgres_schema)
+
+    asyncio.run(setup())
+    return Migrated(postgres_url, postgres_schema)
 
 
 @pytest.fixture

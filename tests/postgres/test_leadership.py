@@ -7,60 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-import secrets
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
-import psycopg_pool
 import pytest
 
 from taskrunner.errors import QueueClosedError
 from taskrunner.queue import FireRecord, LeaderLease
 from taskrunner_backends.postgres.db import Database
 from taskrunner_backends.postgres.leadership import PostgresLeadership
-from taskrunner_backends.postgres.schema import migrate, notify_channel
+from taskrunner_backends.postgres.schema import notify_channel
+
+from .support import Migrated, database
 
 pytestmark = pytest.mark.postgres
 
-URL = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 QUEUE = "jobs"
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    """A migrated private schema, dropped after the test."""
-    name = f"tr_h2_{secrets.token_hex(6)}"
-    try:
-        conn = psycopg.connect(URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at TASKRUNNER_TEST_POSTGRES_URL: {exc}")
-
-    async def setup() -> None:
-        async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as aconn:
-            await migrate(aconn, name)
-
-    try:
-        asyncio.run(setup())
-        yield name
-    finally:
-        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-        conn.close()
-
-
-@asynccontextmanager
-async def database(schema: str) -> AsyncIterator[Database]:
-    pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-        URL, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False
-    )
-    await pool.open()
-    db = Database(pool, schema)
-    try:
-        yield db
-    finally:
-        await db.aclose()
 
 
 def part(db: Database, queue: str = QUEUE) -> PostgresLeadership:
@@ -93,7 +55,7 @@ async def acquire(p: PostgresLeadership, name: str, holder: str, ttl: float = 30
     return lease
 
 
-async def test_a_live_lease_excludes_others_until_just_after_its_expiry(schema: str) -> None:
+async def test_a_live_lease_excludes_others_until_just_after_its_expiry(schema: Migrated) -> None:
     async with database(schema) as db:
         p = part(db)
         lease = await acquire(p, "e", "a", ttl=30.0)
@@ -114,7 +76,7 @@ async def test_a_live_lease_excludes_others_until_just_after_its_expiry(schema: 
         assert (await acquire(part(db, "other"), "e", "c")).token == 1
 
 
-async def test_remaining_seconds_is_read_on_the_server_clock(schema: str) -> None:
+async def test_remaining_seconds_is_read_on_the_server_clock(schema: Migrated) -> None:
     async with database(schema) as db:
         p = part(db)
         await acquire(p, "e", "a", ttl=1.0)
@@ -125,7 +87,7 @@ async def test_remaining_seconds_is_read_on_the_server_clock(schema: str) -> Non
 
 
 async def test_tokens_grow_on_each_change_of_holder_and_retake_never_on_renewal(
-    schema: str,
+    schema: Migrated,
 ) -> None:
     async with database(schema) as db:
         p = part(db)
@@ -159,7 +121,7 @@ async def test_tokens_grow_on_each_change_of_holder_and_retake_never_on_renewal(
         assert other.token == 1, "tokens are per election"
 
 
-async def test_stale_renew_and_resign_change_nothing(schema: str) -> None:
+async def test_stale_renew_and_resign_change_nothing(schema: Migrated) -> None:
     async with database(schema) as db:
         p = part(db)
         old = await acquire(p, "e", "a")
@@ -176,7 +138,7 @@ async def test_stale_renew_and_resign_change_nothing(schema: str) -> None:
         assert await rows(db, "SELECT holder, token, expires_at FROM {s}.leaders") == before
 
 
-async def test_concurrent_acquires_from_several_connections_elect_one(schema: str) -> None:
+async def test_concurrent_acquires_from_several_connections_elect_one(schema: Migrated) -> None:
     async with database(schema) as a, database(schema) as b, database(schema) as c:
         parts = [part(x) for x in (a, b, c)] * 3
         for round_ in range(5):
@@ -192,7 +154,7 @@ async def test_concurrent_acquires_from_several_connections_elect_one(schema: st
             assert winners[0].token == 1
 
 
-async def test_an_instant_fires_once_and_only_under_the_latest_token(schema: str) -> None:
+async def test_an_instant_fires_once_and_only_under_the_latest_token(schema: Migrated) -> None:
     async with database(schema) as db:
         p = part(db)
         lease = await acquire(p, "e", "a")
@@ -236,7 +198,7 @@ async def test_an_instant_fires_once_and_only_under_the_latest_token(schema: str
         assert [m[1] for m in await messages(db)] == [b"1", b"2", b"3", b"4"]
 
 
-async def test_concurrent_fires_of_one_instant_add_one_message(schema: str) -> None:
+async def test_concurrent_fires_of_one_instant_add_one_message(schema: Migrated) -> None:
     async with database(schema) as a, database(schema) as b, database(schema) as c:
         lease = await acquire(part(a), "e", "a")
         parts = [part(x) for x in (a, b, c)] * 3
@@ -253,12 +215,12 @@ async def test_concurrent_fires_of_one_instant_add_one_message(schema: str) -> N
         assert len(await messages(a)) == 3
 
 
-async def test_a_fire_notifies_the_queue_channel_and_adds_a_ready_message(schema: str) -> None:
+async def test_a_fire_notifies_the_queue_channel_and_adds_a_ready_message(schema: Migrated) -> None:
     async with database(schema) as db:
         p = part(db)
         lease = await acquire(p, "e", "a")
-        async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as listen:
-            await listen.execute(f'LISTEN "{notify_channel(schema)}"')
+        async with await psycopg.AsyncConnection.connect(schema.url, autocommit=True) as listen:
+            await listen.execute(f'LISTEN "{notify_channel(schema.name)}"')
             fired = await p.fire(
                 election="e", token=lease.token, schedule="s", instant=1.0, body=b"\x00f"
             )
@@ -272,7 +234,7 @@ async def test_a_fire_notifies_the_queue_channel_and_adds_a_ready_message(schema
         assert [(str(r[0]), bytes(r[1]), r[2]) for r in ready] == [(fired, b"\x00f", 0)]
 
 
-async def test_invalid_arguments_raise_and_change_nothing(schema: str) -> None:
+async def test_invalid_arguments_raise_and_change_nothing(schema: Migrated) -> None:
     async with database(schema) as db:
         p = part(db)
         good = await acquire(p, "held", "a")
@@ -330,7 +292,7 @@ async def test_invalid_arguments_raise_and_change_nothing(schema: str) -> None:
         assert await messages(db) == []
 
 
-async def test_a_closed_handle_refuses_every_call_first(schema: str) -> None:
+async def test_a_closed_handle_refuses_every_call_first(schema: Migrated) -> None:
     def closed() -> None:
         raise QueueClosedError("closed")
 

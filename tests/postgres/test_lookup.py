@@ -7,14 +7,8 @@ receive path is another module's); times are moved with UPDATEs on the server's 
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import psycopg
-import psycopg_pool
 import pytest
 
 from taskrunner.errors import QueueClosedError
@@ -22,46 +16,12 @@ from taskrunner.queue import AddRequest, MessageState
 from taskrunner_backends.postgres.db import Database
 from taskrunner_backends.postgres.lookup import PostgresLookup
 from taskrunner_backends.postgres.scheduling import PostgresScheduling
-from taskrunner_backends.postgres.schema import migrate
+
+from .support import Migrated, database
 
 pytestmark = pytest.mark.postgres
 
-URL = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 QUEUE = "jobs"
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    """A migrated private schema, dropped after the test."""
-    name = f"tr_h2_{secrets.token_hex(6)}"
-    try:
-        conn = psycopg.connect(URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at TASKRUNNER_TEST_POSTGRES_URL: {exc}")
-
-    async def setup() -> None:
-        async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as aconn:
-            await migrate(aconn, name)
-
-    try:
-        asyncio.run(setup())
-        yield name
-    finally:
-        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-        conn.close()
-
-
-@asynccontextmanager
-async def database(schema: str) -> AsyncIterator[Database]:
-    pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-        URL, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False
-    )
-    await pool.open()
-    db = Database(pool, schema)
-    try:
-        yield db
-    finally:
-        await db.aclose()
 
 
 def part(db: Database, queue: str = QUEUE) -> PostgresLookup:
@@ -124,7 +84,7 @@ async def one(db: Database, message_id: str) -> MessageState | None:
     return state
 
 
-async def test_a_message_not_yet_delivered_is_ready_with_count_0(schema: str) -> None:
+async def test_a_message_not_yet_delivered_is_ready_with_count_0(schema: Migrated) -> None:
     async with database(schema) as db:
         before = await server_now(db)
         bodies = [b"", b"plain", bytes(range(256))]
@@ -147,7 +107,7 @@ async def test_a_message_not_yet_delivered_is_ready_with_count_0(schema: str) ->
             assert state.dead_reason is None
 
 
-async def test_a_delayed_message_is_delayed_until_due_then_ready(schema: str) -> None:
+async def test_a_delayed_message_is_delayed_until_due_then_ready(schema: Migrated) -> None:
     async with database(schema) as db:
         now = await server_now(db)
         by_delay, by_due = await add(
@@ -187,7 +147,9 @@ async def test_a_delayed_message_is_delayed_until_due_then_ready(schema: str) ->
         assert state.due_at is None
 
 
-async def test_a_leased_message_is_running_with_holder_count_and_idle_time(schema: str) -> None:
+async def test_a_leased_message_is_running_with_holder_count_and_idle_time(
+    schema: Migrated,
+) -> None:
     async with database(schema) as db:
         a, b = await add(db, AddRequest(body=b"a"), AddRequest(body=b"b"))
         await lease(db, a, "first", "2 s")
@@ -213,7 +175,7 @@ async def test_a_leased_message_is_running_with_holder_count_and_idle_time(schem
         assert (state.consumer, state.delivery_count) == ("second", 2)
 
 
-async def test_a_released_message_is_delayed_or_ready_with_its_count(schema: str) -> None:
+async def test_a_released_message_is_delayed_or_ready_with_its_count(schema: Migrated) -> None:
     async with database(schema) as db:
         a, b = await add(db, AddRequest(body=b"a"), AddRequest(body=b"b"))
         for message_id in (a, b):
@@ -231,7 +193,7 @@ async def test_a_released_message_is_delayed_or_ready_with_its_count(schema: str
         assert delayed.due_at > await server_now(db) + 99.0
 
 
-async def test_a_dead_lettered_message_is_dead_under_its_original_id(schema: str) -> None:
+async def test_a_dead_lettered_message_is_dead_under_its_original_id(schema: Migrated) -> None:
     async with database(schema) as db:
         a, b = await add(db, AddRequest(body=b"\x00body"), AddRequest(body=b"b"))
         await lease(db, a, "c")
@@ -258,7 +220,7 @@ async def test_a_dead_lettered_message_is_dead_under_its_original_id(schema: str
         assert odd.dead_reason.endswith(" not utf-8")
 
 
-async def test_acked_cancelled_unknown_and_foreign_ids_have_no_state(schema: str) -> None:
+async def test_acked_cancelled_unknown_and_foreign_ids_have_no_state(schema: Migrated) -> None:
     async with database(schema) as db:
         acked, cancelled, kept = await add(
             db, AddRequest(body=b"1"), AddRequest(body=b"2"), AddRequest(body=b"3")
@@ -292,7 +254,7 @@ async def test_acked_cancelled_unknown_and_foreign_ids_have_no_state(schema: str
             await part(db).lookup(kept)
 
 
-async def test_a_closed_handle_refuses_lookup_first(schema: str) -> None:
+async def test_a_closed_handle_refuses_lookup_first(schema: Migrated) -> None:
     def closed() -> None:
         raise QueueClosedError("closed")
 

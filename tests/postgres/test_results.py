@@ -9,14 +9,10 @@ import asyncio
 import functools
 import json
 import math
-import os
-import secrets
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
-import psycopg_pool
 import pytest
 
 from taskrunner.clock import SystemClock
@@ -25,47 +21,15 @@ from taskrunner.queue import ResultWrite
 from taskrunner.testing import FakeClock
 from taskrunner_backends.postgres import results as results_module
 from taskrunner_backends.postgres.db import Database
+from taskrunner_backends.postgres.listener import Listener
 from taskrunner_backends.postgres.results import PostgresResults, ResultWatch
-from taskrunner_backends.postgres.schema import migrate, notify_channel
+from taskrunner_backends.postgres.schema import notify_channel
+
+from .support import Migrated, database
 
 pytestmark = pytest.mark.postgres
 
-URL = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 QUEUE = "jobs"
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    """A migrated private schema, dropped after the test."""
-    name = f"tr_h2_{secrets.token_hex(6)}"
-    try:
-        conn = psycopg.connect(URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at TASKRUNNER_TEST_POSTGRES_URL: {exc}")
-
-    async def setup() -> None:
-        async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as aconn:
-            await migrate(aconn, name)
-
-    try:
-        asyncio.run(setup())
-        yield name
-    finally:
-        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-        conn.close()
-
-
-@asynccontextmanager
-async def database(schema: str) -> AsyncIterator[Database]:
-    pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-        URL, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False
-    )
-    await pool.open()
-    db = Database(pool, schema)
-    try:
-        yield db
-    finally:
-        await db.aclose()
 
 
 def part(
@@ -119,7 +83,7 @@ def put(message_id: str, body: bytes, ttl: float = 60.0) -> ResultWrite:
 class Watcher:
     """A minimal `ResultWatch` on its own LISTEN connection (independent of listener.py)."""
 
-    def __init__(self, schema: str, queue: str) -> None:
+    def __init__(self, schema: Migrated, queue: str) -> None:
         self._schema = schema
         self._queue = queue
         self._events: dict[str, set[asyncio.Event]] = {}
@@ -139,8 +103,8 @@ class Watcher:
         await asyncio.wait([self._task])
 
     async def _run(self) -> None:
-        async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
-            await conn.execute(f'LISTEN "{notify_channel(self._schema)}.results"')
+        async with await psycopg.AsyncConnection.connect(self._schema.url, autocommit=True) as conn:
+            await conn.execute(f'LISTEN "{notify_channel(self._schema.name)}.results"')
             self.connected = True
             self._ready.set()
             async for note in conn.notifies():
@@ -161,7 +125,9 @@ class Watcher:
             del self._events[message_id]
 
 
-async def test_result_is_returned_byte_for_byte_until_its_ttl_and_not_after(schema: str) -> None:
+async def test_result_is_returned_byte_for_byte_until_its_ttl_and_not_after(
+    schema: Migrated,
+) -> None:
     async with database(schema) as db:
         p = part(db)
         bodies = {"a": b"", "b": bytes(range(256)), "c": b"\x00" * 1000, "d": b"x" * 1_000_000}
@@ -184,7 +150,7 @@ async def test_result_is_returned_byte_for_byte_until_its_ttl_and_not_after(sche
 
 
 async def test_later_write_replaces_and_restarts_the_ttl_last_in_a_batch_wins(
-    schema: str,
+    schema: Migrated,
 ) -> None:
     async with database(schema) as db, database(schema) as other:
         p = part(db)
@@ -205,7 +171,7 @@ async def test_later_write_replaces_and_restarts_the_ttl_last_in_a_batch_wins(
         assert await p.get_results(["m"]) == [b"again"]
 
 
-async def test_results_are_per_id_and_per_queue(schema: str) -> None:
+async def test_results_are_per_id_and_per_queue(schema: Migrated) -> None:
     async with database(schema) as db:
         p, q = part(db), part(db, "other")
         await p.put_results([put("id", b"p"), put("ID", b"P"), put("id-2", b"p2")])
@@ -226,7 +192,7 @@ async def test_results_are_per_id_and_per_queue(schema: str) -> None:
         assert await p.get_results([]) == []
 
 
-async def test_put_results_prunes_a_bounded_number_of_expired_rows(schema: str) -> None:
+async def test_put_results_prunes_a_bounded_number_of_expired_rows(schema: Migrated) -> None:
     async with database(schema) as db:
         await rows(
             db,
@@ -247,10 +213,10 @@ async def test_put_results_prunes_a_bounded_number_of_expired_rows(schema: str) 
         assert total == 1
 
 
-async def test_put_results_notifies_each_result_on_the_results_channel(schema: str) -> None:
-    connect = psycopg.AsyncConnection.connect(URL, autocommit=True)
+async def test_put_results_notifies_each_result_on_the_results_channel(schema: Migrated) -> None:
+    connect = psycopg.AsyncConnection.connect(schema.url, autocommit=True)
     async with database(schema) as db, await connect as listen:
-        channel = notify_channel(schema) + ".results"
+        channel = notify_channel(schema.name) + ".results"
         await listen.execute(f'LISTEN "{channel}"')
         await part(db).put_results([put("a", b"1"), put('b"\\', b"2"), put("a", b"3")])
         notes = [n async for n in listen.notifies(timeout=5.0, stop_after=2)]
@@ -262,7 +228,7 @@ async def test_put_results_notifies_each_result_on_the_results_channel(schema: s
 
 
 async def test_wait_result_returns_a_stored_result_at_once_and_none_for_timeout_0(
-    schema: str,
+    schema: Migrated,
 ) -> None:
     async with database(schema) as db:
         clock = FakeClock()
@@ -274,7 +240,7 @@ async def test_wait_result_returns_a_stored_result_at_once_and_none_for_timeout_
         assert await asyncio.wait_for(p.wait_result("n\x00", timeout_seconds=0), 5.0) is None
 
 
-async def test_polling_wait_result_is_woken_by_another_handle_s_put(schema: str) -> None:
+async def test_polling_wait_result_is_woken_by_another_handle_s_put(schema: Migrated) -> None:
     async with database(schema) as db, database(schema) as other:
         waiter = part(db)
         task = asyncio.create_task(waiter.wait_result("w", timeout_seconds=30.0))
@@ -290,7 +256,7 @@ async def test_polling_wait_result_is_woken_by_another_handle_s_put(schema: str)
 
 
 async def test_notified_wait_result_is_woken_by_a_put_not_by_its_poll(
-    schema: str, monkeypatch: pytest.MonkeyPatch
+    schema: Migrated, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # With the safety poll out of reach, only the notification can end the wait soon.
     monkeypatch.setattr(results_module, "SAFETY_POLL_SECONDS", 60.0)
@@ -327,7 +293,7 @@ class ManualWatch:
 
 
 async def test_a_wake_without_a_result_costs_one_look_not_a_busy_loop(
-    schema: str, monkeypatch: pytest.MonkeyPatch
+    schema: Migrated, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(results_module, "SAFETY_POLL_SECONDS", 60.0)
     async with database(schema) as db:
@@ -356,7 +322,7 @@ async def test_a_wake_without_a_result_costs_one_look_not_a_busy_loop(
         assert watch.events == [], "a cancelled wait left its watch behind"
 
 
-async def test_wait_result_times_out_on_the_injected_clock_not_before(schema: str) -> None:
+async def test_wait_result_times_out_on_the_injected_clock_not_before(schema: Migrated) -> None:
     async with database(schema) as db:
         clock = FakeClock()
         p = part(db, clock=clock)
@@ -380,7 +346,7 @@ async def test_wait_result_times_out_on_the_injected_clock_not_before(schema: st
             p = part(db, clock=clock)
 
 
-async def test_close_ends_a_wait_with_queue_closed_error(schema: str) -> None:
+async def test_close_ends_a_wait_with_queue_closed_error(schema: Migrated) -> None:
     async with database(schema) as db, Watcher(schema, QUEUE) as w:
         for listener in (None, w):
             p = part(db, listener=listener)
@@ -400,7 +366,7 @@ async def test_close_ends_a_wait_with_queue_closed_error(schema: str) -> None:
 
 
 async def test_a_closed_check_ends_a_wait_within_the_safety_poll(
-    schema: str, monkeypatch: pytest.MonkeyPatch
+    schema: Migrated, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(results_module, "SAFETY_POLL_SECONDS", 0.2)
     closed = False
@@ -421,7 +387,7 @@ async def test_a_closed_check_ends_a_wait_within_the_safety_poll(
         assert not w._events, "the wait left its watch behind"
 
 
-async def test_invalid_arguments_raise_before_anything_changes(schema: str) -> None:
+async def test_invalid_arguments_raise_before_anything_changes(schema: Migrated) -> None:
     async with database(schema) as db:
         p = part(db)
         await p.put_results([put("kept", b"old")])
@@ -468,7 +434,7 @@ async def test_invalid_arguments_raise_before_anything_changes(schema: str) -> N
         assert total == 1
 
 
-async def test_valid_edges_are_accepted(schema: str) -> None:
+async def test_valid_edges_are_accepted(schema: Migrated) -> None:
     async with database(schema) as db:
         p = part(db)
         await p.put_results(
@@ -478,12 +444,8 @@ async def test_valid_edges_are_accepted(schema: str) -> None:
         assert await p.wait_result("huge", timeout_seconds=1) == b"h"
 
 
-async def test_wait_result_with_the_backend_listener(schema: str) -> None:
-    try:
-        from taskrunner_backends.postgres.listener import Listener  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        pytest.skip("listener.py (helper H1) is not there yet")
-    listener = Listener(URL, schema, QUEUE)
+async def test_wait_result_with_the_backend_listener(schema: Migrated) -> None:
+    listener = Listener(schema.url, schema.name, QUEUE)
     await listener.start()
     try:
         loop = asyncio.get_running_loop()
@@ -501,7 +463,7 @@ async def test_wait_result_with_the_backend_listener(schema: str) -> None:
         await listener.aclose()
 
 
-async def test_a_closed_handle_refuses_every_call_first(schema: str) -> None:
+async def test_a_closed_handle_refuses_every_call_first(schema: Migrated) -> None:
     def closed() -> None:
         raise QueueClosedError("closed")
 

@@ -9,60 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
-import secrets
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
-import psycopg_pool
 import pytest
 
 from taskrunner.errors import QueueClosedError
 from taskrunner.queue import Added, AddRequest
 from taskrunner_backends.postgres.db import Database
 from taskrunner_backends.postgres.scheduling import PostgresScheduling
-from taskrunner_backends.postgres.schema import migrate, notify_channel
+from taskrunner_backends.postgres.schema import notify_channel
+
+from .support import Migrated, database
 
 pytestmark = pytest.mark.postgres
 
-URL = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 QUEUE = "jobs"
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    """A migrated private schema, dropped after the test."""
-    name = f"tr_h2_{secrets.token_hex(6)}"
-    try:
-        conn = psycopg.connect(URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at TASKRUNNER_TEST_POSTGRES_URL: {exc}")
-
-    async def setup() -> None:
-        async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as aconn:
-            await migrate(aconn, name)
-
-    try:
-        asyncio.run(setup())
-        yield name
-    finally:
-        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-        conn.close()
-
-
-@asynccontextmanager
-async def database(schema: str) -> AsyncIterator[Database]:
-    pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-        URL, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False
-    )
-    await pool.open()
-    db = Database(pool, schema)
-    try:
-        yield db
-    finally:
-        await db.aclose()
 
 
 def part(db: Database, queue: str = QUEUE) -> PostgresScheduling:
@@ -88,7 +50,7 @@ async def count(db: Database) -> int:
     return int((await rows(db, "SELECT count(*) FROM {s}.messages"))[0][0])
 
 
-async def test_plain_batch_is_added_in_order_and_ready(schema: str) -> None:
+async def test_plain_batch_is_added_in_order_and_ready(schema: Migrated) -> None:
     async with database(schema) as db:
         bodies = [b"", b"one", bytes(range(256)), b"\x00nul"]
         added = await part(db).add_requests([AddRequest(body=b) for b in bodies])
@@ -101,7 +63,7 @@ async def test_plain_batch_is_added_in_order_and_ready(schema: str) -> None:
         assert await part(db).add_requests([]) == []
 
 
-async def test_delay_counts_from_the_server_clock_and_ends_at_due_time(schema: str) -> None:
+async def test_delay_counts_from_the_server_clock_and_ends_at_due_time(schema: Migrated) -> None:
     async with database(schema) as db:
         (added,) = await part(db).add_requests([AddRequest(body=b"d", delay_seconds=30.0)])
         ((gap,),) = await rows(
@@ -130,7 +92,7 @@ async def test_delay_counts_from_the_server_clock_and_ends_at_due_time(schema: s
         assert await ready_ids(db) == [added.message_id]
 
 
-async def test_due_at_is_the_server_instant_and_a_past_one_keeps_fifo(schema: str) -> None:
+async def test_due_at_is_the_server_instant_and_a_past_one_keeps_fifo(schema: Migrated) -> None:
     async with database(schema) as db:
         ((now,),) = await rows(db, "SELECT extract(epoch FROM clock_timestamp())::float8")
         first, due, past, ancient = await part(db).add_requests(
@@ -153,10 +115,10 @@ async def test_due_at_is_the_server_instant_and_a_past_one_keeps_fifo(schema: st
         assert far.message_id not in await ready_ids(db)
 
 
-async def test_every_add_notifies_the_queue_channel(schema: str) -> None:
-    connect = psycopg.AsyncConnection.connect(URL, autocommit=True)
+async def test_every_add_notifies_the_queue_channel(schema: Migrated) -> None:
+    connect = psycopg.AsyncConnection.connect(schema.url, autocommit=True)
     async with database(schema) as db, await connect as listen:
-        await listen.execute(f'LISTEN "{notify_channel(schema)}"')
+        await listen.execute(f'LISTEN "{notify_channel(schema.name)}"')
         scheduling = part(db)
         await scheduling.add_requests([AddRequest(body=b"plain")])
         await scheduling.add_requests([AddRequest(body=b"keyed", unique_key="k")])
@@ -164,10 +126,10 @@ async def test_every_add_notifies_the_queue_channel(schema: str) -> None:
         gen = listen.notifies(timeout=5.0, stop_after=2)
         async for note in gen:
             payloads.append((note.channel, note.payload))
-        assert payloads == [(notify_channel(schema), QUEUE)] * 2
+        assert payloads == [(notify_channel(schema.name), QUEUE)] * 2
 
 
-async def test_held_unique_key_adds_nothing_and_returns_the_holder(schema: str) -> None:
+async def test_held_unique_key_adds_nothing_and_returns_the_holder(schema: Migrated) -> None:
     async with database(schema) as db:
         scheduling = part(db)
         first, plain, second = await scheduling.add_requests(
@@ -189,7 +151,7 @@ async def test_held_unique_key_adds_nothing_and_returns_the_holder(schema: str) 
 
 
 async def test_concurrent_unique_adds_from_several_connections_add_exactly_one(
-    schema: str,
+    schema: Migrated,
 ) -> None:
     async with (
         database(schema) as a,
@@ -209,7 +171,7 @@ async def test_concurrent_unique_adds_from_several_connections_add_exactly_one(
         assert await count(a) == 5
 
 
-async def test_batches_naming_keys_in_opposite_orders_do_not_deadlock(schema: str) -> None:
+async def test_batches_naming_keys_in_opposite_orders_do_not_deadlock(schema: Migrated) -> None:
     async with database(schema) as a, database(schema) as b:
         keys = [f"k{i}" for i in range(20)]
         forward = [AddRequest(body=k.encode(), unique_key=k) for k in keys]
@@ -223,7 +185,7 @@ async def test_batches_naming_keys_in_opposite_orders_do_not_deadlock(schema: st
         assert await count(a) == 20
 
 
-async def test_unique_key_is_held_through_a_release_until_the_row_goes(schema: str) -> None:
+async def test_unique_key_is_held_through_a_release_until_the_row_goes(schema: Migrated) -> None:
     async with database(schema) as db:
         scheduling = part(db)
         (first,) = await scheduling.add_requests([AddRequest(body=b"1", unique_key="k")])
@@ -252,7 +214,7 @@ async def test_unique_key_is_held_through_a_release_until_the_row_goes(schema: s
         assert fresh.message_id != first.message_id
 
 
-async def test_unique_key_is_freed_after_unique_seconds_never_before(schema: str) -> None:
+async def test_unique_key_is_freed_after_unique_seconds_never_before(schema: Migrated) -> None:
     async with database(schema) as db:
         scheduling = part(db)
         (first,) = await scheduling.add_requests(
@@ -285,7 +247,7 @@ async def test_unique_key_is_freed_after_unique_seconds_never_before(schema: str
         assert again == Added(message_id=fresh.message_id, added=False)
 
 
-async def test_unique_seconds_zero_holds_the_key_not_at_all(schema: str) -> None:
+async def test_unique_seconds_zero_holds_the_key_not_at_all(schema: Migrated) -> None:
     async with database(schema) as db:
         first, second = await part(db).add_requests(
             [
@@ -297,7 +259,7 @@ async def test_unique_seconds_zero_holds_the_key_not_at_all(schema: str) -> None
         assert second.added
 
 
-async def test_cancel_removes_only_unleased_rows_and_frees_their_keys(schema: str) -> None:
+async def test_cancel_removes_only_unleased_rows_and_frees_their_keys(schema: Migrated) -> None:
     async with database(schema) as db:
         scheduling = part(db)
         ready, delayed, leased, keyed = await scheduling.add_requests(
@@ -337,7 +299,7 @@ async def test_cancel_removes_only_unleased_rows_and_frees_their_keys(schema: st
         assert await scheduling.cancel([]) == []
 
 
-async def test_invalid_requests_raise_and_add_nothing(schema: str) -> None:
+async def test_invalid_requests_raise_and_add_nothing(schema: Migrated) -> None:
     async with database(schema) as db:
         scheduling = part(db)
         good = AddRequest(body=b"good")
@@ -373,7 +335,7 @@ async def test_invalid_requests_raise_and_add_nothing(schema: str) -> None:
         assert await count(db) == 0
 
 
-async def test_a_closed_handle_refuses_every_call_first(schema: str) -> None:
+async def test_a_closed_handle_refuses_every_call_first(schema: Migrated) -> None:
     def closed() -> None:
         raise QueueClosedError("closed")
 
