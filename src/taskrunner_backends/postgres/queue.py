@@ -157,11 +157,23 @@ SELECT extract(epoch FROM min(available_at) - clock_timestamp())::float8
 FROM {s}.messages WHERE queue = %s AND owner IS NULL
 """
 
-_FENCE = """
+# The owner test is IS NOT DISTINCT FROM (with d.owner never NULL) rather than `=`
+# because a strict `m.owner = d.owner` implies `owner IS NOT NULL`, the predicate of
+# messages_leased: the planner may then fetch the fenced rows by scanning every leased
+# row of the queue (it did, after an ANALYZE taken while few rows were leased: 1.8 ms per
+# ack of 100 with 2,000 in flight, growing with the rows in flight). Without that
+# implication the only index that fits is the primary key, whatever the statistics say.
+_OWNER_MATCHES = "m.owner IS NOT DISTINCT FROM d.owner AND d.owner IS NOT NULL"
+
+_FENCE = (
+    """
 FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(counts)s::int[]) AS d(id, owner, dc)
-WHERE m.id = d.id AND m.queue = %(queue)s AND m.owner = d.owner
+WHERE m.id = d.id AND m.queue = %(queue)s AND """
+    + _OWNER_MATCHES
+    + """
   AND m.delivery_count = d.dc
 """
+)
 
 _HEARTBEAT = (
     """
@@ -193,7 +205,8 @@ FROM (SELECT released.*, row_number() OVER () AS n FROM released) r
 
 # Dead letters are stored in the batch's order (a delivery's first copy counts), so
 # list_dead_letters shows them in the order the caller gave them up.
-_DEAD_LETTER = """
+_DEAD_LETTER = (
+    """
 WITH d AS (
     SELECT DISTINCT ON (id, owner, dc) id, owner, dc, n
     FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(counts)s::int[])
@@ -201,7 +214,9 @@ WITH d AS (
     ORDER BY id, owner, dc, n
 ), gone AS (
     DELETE FROM {s}.messages m USING d
-    WHERE m.id = d.id AND m.queue = %(queue)s AND m.owner = d.owner
+    WHERE m.id = d.id AND m.queue = %(queue)s AND """
+    + _OWNER_MATCHES
+    + """
       AND m.delivery_count = d.dc
     RETURNING m.id, d.owner, d.dc, d.n, m.body, m.added_at
 ), buried AS (
@@ -211,6 +226,7 @@ WITH d AS (
 )
 SELECT id, owner, dc FROM gone
 """
+)
 
 # One statement, one instant (statement_timestamp()) for every count and age; the
 # consumers are the owners of in-flight rows (idle = since their latest grant or
