@@ -22,7 +22,7 @@ from taskrunner.queue import Delivery, Receipt, WorkerInfo
 from taskrunner_backends.postgres import PostgresQueue, migrate_from_url, open_from_url
 from taskrunner_backends.postgres.queue import SAFETY_POLL_SECONDS
 from taskrunner_backends.postgres.schema import LATEST_VERSION
-from taskrunner_backends.postgres.testing import with_options
+from taskrunner_backends.postgres.testing import age_lease, with_options
 
 pytestmark = pytest.mark.postgres
 
@@ -247,3 +247,36 @@ def _description(version: int) -> str:
     from taskrunner_backends.postgres.schema import MIGRATIONS
 
     return next(step.description for step in MIGRATIONS if step.version == version)
+
+
+async def test_a_heartbeat_racing_a_reclaim_on_a_lapsed_lease_never_lets_both_win(
+    url: str,
+) -> None:
+    """Exactly one wins each race: the holder keeps the lease, or the reclaimer takes it.
+
+    The lease has lapsed but nobody has reclaimed it yet, so either statement may take
+    the row first; the loser must see the winner's change (the row lock and the re-check
+    of the fence), never its own stale snapshot. Both handles have their own pools, so
+    the statements meet on the server, in both orders of sending.
+    """
+    async with opened(url) as holder, opened(url) as rival:
+        for race in range(40):
+            [message_id] = await holder.add([b"x"])
+            [delivery] = await holder.receive(
+                "holder", max_messages=1, wait_seconds=0, lease_seconds=30
+            )
+            assert await age_lease(holder, delivery, 60)
+            beat = holder.heartbeat([delivery])
+            take = rival.reclaim("rival", lease_seconds=30, max_messages=10)
+            if race % 2:
+                lost, taken = await asyncio.gather(beat, take)
+            else:
+                taken, lost = await asyncio.gather(take, beat)
+            if taken:
+                assert [d.message_id for d in taken] == [message_id]
+                assert taken[0].delivery_count == 2
+                assert lost == [delivery], "the holder kept a lease the rival took"
+                assert await rival.ack(taken) == []
+            else:
+                assert lost == [], "neither the holder nor the rival has the message"
+                assert await holder.ack([delivery]) == []
