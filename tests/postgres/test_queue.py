@@ -280,3 +280,39 @@ async def test_a_heartbeat_racing_a_reclaim_on_a_lapsed_lease_never_lets_both_wi
             else:
                 assert lost == [], "neither the holder nor the rival has the message"
                 assert await holder.ack([delivery]) == []
+
+
+HOSTILE_CONSUMERS = [
+    'a"b',
+    "a\\b",
+    'a\\"b',
+    "a,b",
+    "{a}",
+    "a b",
+    " ",
+    "NULL",
+    "''",
+    "é🙂",
+    "x" * 1000,
+]
+
+
+@pytest.mark.parametrize("consumer", HOSTILE_CONSUMERS)
+async def test_fenced_calls_match_consumers_with_array_syntax_in_their_names(
+    url: str, consumer: str
+) -> None:
+    """Owners travel as an array literal: quotes, backslashes, commas and braces in a
+    consumer's name must reach the server as they are, and a look-alike must not match."""
+    async with opened(url) as queue:
+        await queue.add([b"a", b"b"])
+        first, second = await queue.receive(
+            consumer, max_messages=2, wait_seconds=0, lease_seconds=30
+        )
+        assert first.receipt.consumer == consumer
+        assert await queue.heartbeat([first, second]) == []
+        look_alikes = {consumer.replace("\\", "\\\\"), consumer.replace('"', '\\"'), consumer + " "}
+        look_alikes.discard(consumer)
+        strangers = [_delivery(second.message_id, name) for name in sorted(look_alikes)]
+        assert await queue.ack(strangers) == strangers
+        assert await queue.ack([first, second]) == []
+        assert (await queue.stats()).in_flight == 0

@@ -351,6 +351,28 @@ def _fence_key(delivery: Delivery) -> tuple[int, str, int] | None:
     return row, consumer, count
 
 
+# Array parameters as array literals, cast by the statement (``%(ids)s::bigint[]``):
+# psycopg dumps a list element by element in Python (a regex per text element), which
+# cost about 5 µs per element of a fenced batch, more than the rest of an ack's client
+# side; one str.join is a fraction of that.
+
+
+def _int_array(values: Sequence[int]) -> str:
+    """A PostgreSQL array literal of `values` (ints, so nothing to quote)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _text_array(values: Sequence[str]) -> str:
+    """A PostgreSQL array literal of `values`, each element quoted (no NUL: checked before)."""
+    return (
+        "{"
+        + ",".join(
+            ['"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"' for value in values]
+        )
+        + "}"
+    )
+
+
 def _dead_ids(message_ids: Sequence[str] | None) -> tuple[bool, list[int]]:
     if message_ids is None:
         return True, []
@@ -519,11 +541,13 @@ class PostgresQueue:
         if self._closed:
             raise QueueClosedError(f"{self!r} is closed")
 
-    async def _fetch(self, action: str, query: Any, params: Any) -> list[tuple[Any, ...]]:
+    async def _fetch(
+        self, action: str, query: Any, params: Any, *, binary: bool = False
+    ) -> list[tuple[Any, ...]]:
         """`Database.fetch`, reporting a call cut short by `aclose` as `QueueClosedError`."""
         self._check_open()
         try:
-            return await self._db.fetch(action, query, params)
+            return await self._db.fetch(action, query, params, binary=binary)
         except BackendError:
             if self._closed:
                 raise QueueClosedError(f"{self!r} was closed during {action}") from None
@@ -593,11 +617,10 @@ class PostgresQueue:
     async def _lease(
         self, query: Any, action: str, consumer: str, lease: float, limit: int
     ) -> list[Delivery]:
-        rows = await self._fetch(
-            action,
-            query,
-            {"queue": self._queue, "consumer": consumer, "lease": lease, "limit": limit},
-        )
+        params = {"queue": self._queue, "consumer": consumer, "lease": lease, "limit": limit}
+        # Binary results: the bodies arrive as they are instead of in hex, which cuts
+        # the client's cost of a batch's rows by a third to a half.
+        rows = await self._fetch(action, query, params, binary=True)
         rows.sort(key=lambda row: (row[3], row[0]))
         return [
             Delivery(
@@ -623,9 +646,9 @@ class PostgresQueue:
                 action,
                 query,
                 {
-                    "ids": [key[0] for key in usable],
-                    "owners": [key[1] for key in usable],
-                    "counts": [key[2] for key in usable],
+                    "ids": _int_array([key[0] for key in usable]),
+                    "owners": _text_array([key[1] for key in usable]),
+                    "counts": _int_array([key[2] for key in usable]),
                     "queue": self._queue,
                     **extra,
                 },
