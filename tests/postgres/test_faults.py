@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -372,6 +373,39 @@ async def test_a_full_pool_is_unavailable_naming_the_pool_then_works_once_releas
         [delivery] = await queue.receive("c", max_messages=1, wait_seconds=0, lease_seconds=5)
         assert delivery.body == b"before"
         assert await queue.ack([delivery]) == []
+
+
+async def test_a_pool_timeout_says_in_use_or_unreachable_as_it_was_and_quotes_the_refusal(
+    private_postgres: LocalPostgres,
+) -> None:
+    url = _url(private_postgres, pool_min="1", pool_max="1", pool_timeout="0.5")
+    port = urlsplit(private_postgres.url()).port
+    async with opened(url) as queue:
+        await queue.add([b"before"])
+        async with queue.database.transaction("hold the only connection"):
+            with pytest.raises(BackendUnavailableError) as busy:
+                await queue.len()
+        assert "every connection is in use; raise pool_max or pool_timeout" in str(busy.value)
+        assert "unreachable" not in str(busy.value)
+
+        private_postgres.stop()
+
+        async def attempt() -> str:
+            try:
+                await queue.len()
+            except BackendUnavailableError as exc:
+                return str(exc)
+            return "no error"
+
+        # The first calls may fail on the pool's broken connections instead; once the
+        # pool has tried to reconnect, its timeout is explained.
+        message = await eventually(
+            attempt, lambda text: "no free connection in the pool" in text, what="a pool timeout"
+        )
+        assert "the server may be unreachable" in message, message
+        assert "refused" in message.lower(), message
+        assert f"port {port}" in message, message
+        assert "in use" not in message, message
 
 
 # -- (d) a row lock held by another transaction -----------------------------------------------

@@ -158,8 +158,11 @@ class Database:
                 yield conn
 
     @asynccontextmanager
-    async def _lend(self, action: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """``pool.connection()``, a pool timeout explained (see the module docstring)."""
+    async def _lend(self, action: str) -> AsyncIterator[Any]:
+        """``pool.connection()``, a pool timeout explained (see the module docstring).
+
+        Yields what the pool yields (its connection type is the pool's ``Any`` parameter).
+        """
         try:
             async with self._pool.connection() as conn:
                 yield conn

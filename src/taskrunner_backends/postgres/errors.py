@@ -57,9 +57,11 @@ def translate_errors(action: str, secrets: Sequence[str] = ()) -> Iterator[None]
     except BackendError:
         raise
     except psycopg_pool.PoolTimeout as exc:
+        # Only the pool knows whether its connections are all lent out or its attempts
+        # to connect failed: `Database` says which before this sees it (here: opening).
         raise BackendUnavailableError(
-            f"{action}: no free connection in the pool in time (every connection is in "
-            f"use; raise pool_max or pool_timeout): {mask_secrets(str(exc), secrets)}"
+            f"{action}: no connection from the pool in time (pool_timeout): "
+            f"{mask_secrets(str(exc), secrets)}"
         ) from exc
     except psycopg_pool.PoolClosed as exc:
         raise BackendUnavailableError(f"{action}: the connection pool is closed") from exc
