@@ -36,6 +36,7 @@ __all__ = [
     "known_schemes",
     "migrate",
     "open_queue",
+    "schema_status",
 ]
 
 # Used when nothing is configured: serves without installing any server.
@@ -163,6 +164,37 @@ async def migrate(url: str) -> list[str]:
         raise ConfigurationError(f"the {scheme} backend has no schema to migrate", setting="url")
     applied = await migrate_from_url(url)
     return [str(step) for step in applied]
+
+
+async def schema_status(url: str) -> dict[str, Any]:
+    """What the backend at `url` says about its schema; reads, changes nothing.
+
+    A backend that keeps a schema offers ``status_from_url(url) -> dict`` beside
+    ``migrate_from_url``: a JSON-ready mapping with at least ``state``, one of
+    ``up-to-date``, ``needs-migrate`` or ``newer`` (PostgreSQL's keys: see
+    `taskrunner_backends.postgres.status`).
+
+    Raises:
+        ConfigurationError: The URL is malformed, its scheme unknown, or its backend
+            keeps no schema.
+        BackendUnavailableError: The backend could not be reached.
+    """
+    scheme = check_url(url)
+    status_from_url = getattr(_backend_module(scheme), "status_from_url", None)
+    if status_from_url is None:
+        # The module of the factory has no hook; a built-in backend may keep it in a
+        # submodule of its own (PostgreSQL: ``.status``), imported only when asked.
+        target = _BUILT_IN.get(scheme, "")
+        if target:
+            try:
+                status_module = importlib.import_module(f"{target.partition(':')[0]}.status")
+            except ImportError:
+                status_module = None
+            status_from_url = getattr(status_module, "status_from_url", None)
+    if not callable(status_from_url):
+        raise ConfigurationError(f"the {scheme} backend has no schema to report", setting="url")
+    status: dict[str, Any] = dict(await status_from_url(url))
+    return status
 
 
 async def connect(url: str, queue_name: str, *, clock: Clock | None = None) -> Queue:
