@@ -298,6 +298,10 @@ async def e2e(
             row = await (await conn.execute(exists, (QUEUE_NAME,))).fetchone()
             if row is None or not row[0]:
                 break
+            if process.returncode is not None:
+                raise SystemExit(
+                    f"the worker exited ({process.returncode}) before the queue was empty"
+                )
             if time.monotonic() > deadline:
                 raise SystemExit("the worker did not empty the queue in time")
             await asyncio.sleep(POLL_SECONDS)
@@ -512,11 +516,11 @@ class StatementLog:
         fetch, execute = Database.fetch, Database.execute
 
         async def timed_fetch(
-            self: Database, action: str, query: Any, params: Any = None
+            self: Database, action: str, query: Any, params: Any = None, **options: Any
         ) -> list[tuple[Any, ...]]:
             started = time.perf_counter()
             try:
-                rows = await fetch(self, action, query, params)
+                rows = await fetch(self, action, query, params, **options)
             finally:
                 cls._note(action, time.perf_counter() - started)
             cls.calls[action][2] += len(rows)
