@@ -160,11 +160,6 @@ def _free_port() -> int:
     return port
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the pool's open error drops libpq's reason: queue.py's _open_database "
-    "should quote db.probe_connection (see the issue 14 notes)",
-)
 def test_migrate_with_nothing_listening_names_the_refusal_on_its_last_line(run: Cli) -> None:
     port = _free_port()
     url = f"postgresql://postgres:hunter2@127.0.0.1:{port}/x?pool_timeout=0.5"

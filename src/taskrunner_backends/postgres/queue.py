@@ -54,7 +54,7 @@ from taskrunner.queue import (
     WorkerRegistry,
 )
 
-from .db import Database
+from .db import Database, probe_connection
 from .errors import translate_errors
 from .leadership import PostgresLeadership
 from .listener import Listener
@@ -85,6 +85,8 @@ _MAX_INT4 = 2**31 - 1
 
 # Longest stretch the pool retries one connection before leaving it to the next call.
 _RECONNECT_SECONDS = 5.0
+# Longest wait for the one connection attempt that explains a failed open.
+_PROBE_SECONDS = 2.0
 
 _BASE = Capabilities(
     blocking_receive=True,
@@ -850,9 +852,14 @@ async def _open_database(parsed: PostgresUrl) -> Database:
             await pool.open(wait=True, timeout=parsed.pool_timeout)
     except BackendError as exc:
         await pool.close()
+        # The pool's own error says only that it timed out (its attempts' reasons go to
+        # its log): one attempt of our own gets libpq's reason, e.g. connection refused.
+        reason = await probe_connection(
+            parsed.conninfo, min(parsed.pool_timeout, _PROBE_SECONDS), parsed.secrets
+        )
         raise BackendUnavailableError(
             f"cannot connect to PostgreSQL at {parsed.display} within "
-            f"{parsed.pool_timeout:g} s (pool_timeout): {exc.__cause__ or exc}"
+            f"{parsed.pool_timeout:g} s (pool_timeout): {reason or exc.__cause__ or exc}"
         ) from exc
     except BaseException:
         await pool.close()
