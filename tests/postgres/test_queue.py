@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 import pytest
@@ -316,3 +317,52 @@ async def test_fenced_calls_match_consumers_with_array_syntax_in_their_names(
         assert await queue.ack(strangers) == strangers
         assert await queue.ack([first, second]) == []
         assert (await queue.stats()).in_flight == 0
+
+
+async def test_a_ready_row_locked_elsewhere_is_skipped_now_and_taken_soon_after_the_lock_goes(
+    url: str, postgres_url: str, postgres_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SKIP LOCKED edges: receive(wait 0) returns [] while the only ready row is locked by
+    another transaction; a waiting receive takes it within the locked-row poll after the
+    lock goes, though no NOTIFY announces a lock's end (the 1 s safety poll is too late)."""
+    async with opened(url) as queue:
+        await _listening(queue)
+        [message_id] = await queue.add([b"x"])
+        db = queue.database
+        fetch = db.fetch
+        answered: list[str] = []
+
+        async def counted(action: str, *args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+            rows = await fetch(action, *args, **kwargs)
+            answered.append(action)
+            return rows
+
+        monkeypatch.setattr(db, "fetch", counted)
+        locker = await psycopg.AsyncConnection.connect(postgres_url)  # a transaction: locks last
+        try:
+            await locker.execute(
+                sql.SQL("SELECT id FROM {}.messages WHERE id = %s FOR UPDATE").format(
+                    sql.Identifier(postgres_schema)
+                ),
+                (int(message_id),),
+            )
+            assert await queue.receive("c", max_messages=1, wait_seconds=0, lease_seconds=30) == []
+            answered.clear()
+            task = asyncio.create_task(
+                queue.receive("c", max_messages=1, wait_seconds=5, lease_seconds=30)
+            )
+            # Its look (skipping the row) and its question "when is the next row due?"
+            # have both been answered: from here on it waits.
+            deadline = time.monotonic() + 5
+            while answered.count("receive") < 2:
+                assert time.monotonic() < deadline, "the receive never looked"
+                await asyncio.sleep(0.005)
+            assert not task.done()
+            started = time.monotonic()
+        finally:
+            await locker.rollback()
+            await locker.close()
+        got = await asyncio.wait_for(task, 5)
+        took = time.monotonic() - started
+        assert [d.message_id for d in got] == [message_id]
+        assert took < WAKE_BOUND, f"taken {took:.3f} s after the lock went"
