@@ -1,0 +1,284 @@
+"""What the dashboard shows, gathered through the Queue contract only.
+
+Cost rule: one refresh of the overview calls `Queue.stats` once (and the worker
+registry's `live_workers` once) for each queue *on the page shown*, never for the
+others; with 1,000 queues a page of `PAGE_SIZE` costs `PAGE_SIZE` stats calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from taskrunner.clock import Clock, SystemClock
+from taskrunner.codec import decode_envelope
+from taskrunner.errors import BackendError, DecodeError
+from taskrunner.queue import DeadLetter, Queue, QueueStats, WorkerInfo
+from taskrunner.tuning import predicted_wait
+
+__all__ = [
+    "DEAD_LETTERS_SHOWN",
+    "PAGE_SIZE",
+    "WORKERS_SHOWN",
+    "DeadLetterView",
+    "QueueRow",
+    "QueueSet",
+    "Sampler",
+    "WorkerRow",
+    "dead_letter_view",
+    "page_bounds",
+]
+
+# Queues per overview page: only these are stat'ed on a refresh.
+PAGE_SIZE = 50
+# Workers listed per page of the overview.
+WORKERS_SHOWN = 100
+# Dead letters read per queue page: the admin API lists the oldest N, never all.
+DEAD_LETTERS_SHOWN = 100
+# Throughput samples kept: 15 minutes at one sample per 2-second refresh.
+SAMPLE_WINDOW_SECONDS = 15 * 60
+
+Opener = Callable[[str], Awaitable[Queue]]
+
+
+def page_bounds(total: int, page: int, size: int) -> tuple[int, int, int]:
+    """(start, stop, last page) of 1-based `page` of `total` items; pages past the end clamp."""
+    pages = max(1, math.ceil(total / size))
+    page = min(max(page, 1), pages)
+    start = (page - 1) * size
+    return start, min(start + size, total), pages
+
+
+class QueueSet:
+    """The queues the dashboard shows, each opened once and kept open until `aclose`.
+
+    Args:
+        names: Queue names, shown in this order (duplicates dropped).
+        opener: Opens one queue by name (``backends.connect`` bound to the URL).
+    """
+
+    def __init__(self, names: Sequence[str], opener: Opener) -> None:
+        self.names = list(dict.fromkeys(names))
+        self._opener = opener
+        self._open: dict[str, Queue] = {}
+        self._lock = asyncio.Lock()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    async def get(self, name: str) -> Queue:
+        """The open handle of `name` (opened on first use).
+
+        Raises:
+            KeyError: `name` is not one of the dashboard's queues.
+        """
+        if name not in self.names:
+            raise KeyError(name)
+        async with self._lock:
+            queue = self._open.get(name)
+            if queue is None:
+                queue = self._open[name] = await self._opener(name)
+            return queue
+
+    async def aclose(self) -> None:
+        """Close every handle opened; idempotent."""
+        opened, self._open = list(self._open.values()), {}
+        for queue in opened:
+            await queue.aclose()
+
+
+class WorkerRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One live worker process of one queue."""
+
+    queue: str
+    instance: str
+    workers: int
+    busy: int
+    average_seconds: float | None
+    seen_seconds_ago: float
+
+
+class QueueRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One queue on the overview: its counts, ages and predicted wait.
+
+    ``error`` is set (and the counts are zero) when the backend failed for this queue;
+    the other queues of the page are still shown.
+    """
+
+    name: str
+    ready: int = 0
+    delayed: int = 0
+    in_flight: int = 0
+    dead: int = 0
+    oldest_ready_age_seconds: float | None = None
+    oldest_in_flight_age_seconds: float | None = None
+    predicted_wait_seconds: float | None = None
+    workers: int | None = None
+    busy: int | None = None
+    average_seconds: float | None = None
+    error: str | None = None
+
+
+def _average(workers: Sequence[WorkerInfo]) -> float | None:
+    timed = [(w.average_seconds, w.workers) for w in workers if w.average_seconds is not None]
+    weight = sum(n for _, n in timed)
+    return sum(s * n for s, n in timed) / weight if weight else None
+
+
+async def queue_row(
+    name: str, queue: Queue, now: float
+) -> tuple[QueueRow, list[WorkerRow], QueueStats | None]:
+    """One stats call (and one live_workers call) for `queue`; a backend error is shown.
+
+    Returns the row, the live workers and the stats read (None after an error).
+    """
+    try:
+        stats = await queue.stats()
+        registry = queue.worker_registry
+        live = None if registry is None else await registry.live_workers()
+    except BackendError as exc:
+        return QueueRow(name=name, error=f"{type(exc).__name__}: {exc}"), [], None
+    workers = None if live is None else sum(w.workers for w in live)
+    average = None if live is None else _average(live)
+    row = QueueRow(
+        name=name,
+        ready=stats.ready,
+        delayed=stats.delayed,
+        in_flight=stats.in_flight,
+        dead=stats.dead,
+        oldest_ready_age_seconds=stats.oldest_ready_age_seconds,
+        oldest_in_flight_age_seconds=stats.oldest_in_flight_age_seconds,
+        predicted_wait_seconds=None
+        if workers is None
+        else predicted_wait(average, stats.ready, workers),
+        workers=workers,
+        busy=None if live is None else sum(w.busy for w in live),
+        average_seconds=average,
+    )
+    rows = [
+        WorkerRow(
+            queue=name,
+            instance=w.instance,
+            workers=w.workers,
+            busy=w.busy,
+            average_seconds=w.average_seconds,
+            seen_seconds_ago=max(0.0, now - w.seen_at),
+        )
+        for w in sorted(live or (), key=lambda w: w.instance)
+    ]
+    return row, rows, stats
+
+
+class Point(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """One throughput sample: seconds ago is computed by the reader."""
+
+    at: float
+    completed_per_second: float | None
+    dead_per_second: float
+
+
+@dataclass
+class Sampler:
+    """Throughput over the last 15 minutes, from what each refresh saw anyway.
+
+    Dead letters per second come from the change of the dead counts of the queues
+    stat'ed by two successive samples (a queue off the page is not counted, so the
+    figure covers the page shown). Completed per second needs a counter no backend
+    keeps: it comes from `completed_source` (the in-process runners' succeeded +
+    failed counts, as ``taskrunner demo --dashboard`` gives), else it is None.
+    """
+
+    clock: Clock = field(default_factory=SystemClock)
+    completed_source: Callable[[], int] | None = None
+    points: deque[Point] = field(default_factory=deque)
+    _last_at: float | None = None
+    _last_dead: dict[str, int] = field(default_factory=dict)
+    _last_completed: int | None = None
+
+    def record(self, rows: Sequence[QueueRow]) -> None:
+        """Add a sample from one refresh's rows (too close to the last one: skipped)."""
+        now = self.clock.monotonic()
+        dead = {row.name: row.dead for row in rows if row.error is None}
+        completed = None if self.completed_source is None else self.completed_source()
+        if self._last_at is not None:
+            elapsed = now - self._last_at
+            if elapsed < 0.5:
+                return  # several tabs refreshing at once: one sample per half second
+            died = sum(
+                max(0, count - self._last_dead[name])
+                for name, count in dead.items()
+                if name in self._last_dead
+            )
+            rate = None
+            if completed is not None and self._last_completed is not None:
+                rate = max(0, completed - self._last_completed) / elapsed
+            self.points.append(
+                Point(at=now, completed_per_second=rate, dead_per_second=died / elapsed)
+            )
+        self._last_at, self._last_dead, self._last_completed = now, dead, completed
+        while self.points and self.points[0].at < now - SAMPLE_WINDOW_SECONDS:
+            self.points.popleft()
+
+    def series(self) -> list[dict[str, Any]]:
+        """The samples, oldest first, each with its age in seconds."""
+        now = self.clock.monotonic()
+        return [
+            {
+                "seconds_ago": round(now - p.at, 3),
+                "completed_per_second": p.completed_per_second,
+                "dead_per_second": p.dead_per_second,
+            }
+            for p in self.points
+        ]
+
+
+class DeadLetterView(msgspec.Struct, frozen=True, kw_only=True):
+    """A dead letter with its envelope decoded where it decodes.
+
+    ``payload`` is the payload's JSON text (never evaluated; the pages escape it);
+    ``task`` is None for a body that is not a taskrunner envelope, and then
+    ``body_base64`` is what there is to see.
+    """
+
+    id: str
+    original_id: str
+    reason: str
+    delivery_count: int
+    dead_at: float
+    task: str | None
+    task_id: str | None
+    enqueued_at: float | None
+    payload: str | None
+    body_base64: str
+
+
+def dead_letter_view(letter: DeadLetter) -> DeadLetterView:
+    """Decode `letter`'s envelope; a malformed body is shown as base64, not an error."""
+    task = task_id = payload = None
+    enqueued_at = None
+    try:
+        envelope = decode_envelope(letter.body)
+    except DecodeError:
+        pass
+    else:
+        task, task_id, enqueued_at = envelope.task, envelope.id, envelope.enqueued_at
+        payload = bytes(envelope.payload).decode("utf-8", errors="replace")
+    return DeadLetterView(
+        id=letter.message_id,
+        original_id=letter.original_id,
+        reason=letter.reason,
+        delivery_count=letter.delivery_count,
+        dead_at=letter.dead_at,
+        task=task,
+        task_id=task_id,
+        enqueued_at=enqueued_at,
+        payload=payload,
+        body_base64=base64.b64encode(letter.body).decode(),
+    )

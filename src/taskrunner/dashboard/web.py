@@ -1,0 +1,441 @@
+"""The dashboard's Starlette application: HTML pages and the JSON API under ``/api/``.
+
+Pages are rendered on the server by Jinja2 with autoescaping on, so a payload, reason
+or queue name holding HTML is shown as text; a small script (no build step) refreshes
+the overview from ``/api/overview`` every `REFRESH_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from taskrunner.app import App
+from taskrunner.clock import Clock, SystemClock
+from taskrunner.dashboard.data import (
+    DEAD_LETTERS_SHOWN,
+    PAGE_SIZE,
+    WORKERS_SHOWN,
+    QueueRow,
+    QueueSet,
+    Sampler,
+    WorkerRow,
+    dead_letter_view,
+    page_bounds,
+    queue_row,
+)
+from taskrunner.dashboard.security import SESSION_COOKIE, Guard
+from taskrunner.errors import BackendError
+from taskrunner.producer import Producer
+from taskrunner.queue import leadership_of
+from taskrunner.scheduler import ELECTION
+
+__all__ = ["REFRESH_SECONDS", "Dashboard", "create_app"]
+
+REFRESH_SECONDS = 2.0
+# Consumers listed on a queue page.
+CONSUMERS_SHOWN = 100
+_HERE = Path(__file__).parent
+
+
+@dataclass
+class Dashboard:
+    """What the application serves.
+
+    Attributes:
+        queues: The queues shown (opened lazily, closed when the app shuts down).
+        url: The backend URL, already masked (never shown with its password).
+        app: The App, for its queue, task names and periodic schedules.
+        guard: The action token and CSRF check; None: read-only (no action is offered
+            and every action request is refused).
+        sampler: The throughput samples.
+        clock: Wall time of ages.
+    """
+
+    queues: QueueSet
+    url: str
+    app: App | None = None
+    guard: Guard | None = None
+    sampler: Sampler = field(default_factory=Sampler)
+    clock: Clock = field(default_factory=SystemClock)
+
+
+class _BadRequestError(Exception):
+    pass
+
+
+def _page(request: Request, name: str = "page") -> int:
+    text = request.query_params.get(name, "1")
+    try:
+        page = int(text)
+    except ValueError:
+        raise _BadRequestError(f"{name} must be a whole number, got {text[:40]!r}") from None
+    if page < 1:
+        raise _BadRequestError(f"{name} must be 1 or more, got {page}")
+    return page
+
+
+# The dashboard's forms are a few short fields; a larger body is refused unread.
+_MAX_FORM_BYTES = 8192
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """The urlencoded form of `request` (first value of each field).
+
+    Parsed here rather than by Starlette's parser, which needs python-multipart.
+    """
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > _MAX_FORM_BYTES:
+            raise _BadRequestError(f"form larger than {_MAX_FORM_BYTES} bytes")
+    fields = urllib.parse.parse_qs(body.decode("utf-8", errors="replace"))
+    return {key: values[0] for key, values in fields.items()}
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _when(moment: float | None) -> str:
+    if moment is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(moment))
+
+
+def create_app(dashboard: Dashboard) -> Starlette:
+    """The ASGI application serving `dashboard`; its handles close at shutdown.
+
+    Guarantees: one overview refresh (HTML or ``/api/overview``, ``/api/queues``)
+    calls `Queue.stats` once per queue of the page asked for and for no other queue;
+    no route lists more than a fixed cap of anything (queues `PAGE_SIZE` per page,
+    workers, consumers and dead letters capped, and the cap is said on the page);
+    every action is refused unless a `Guard` was given, the session cookie and the
+    CSRF value match it.
+    """
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_HERE / "templates"), autoescape=True)
+    env.filters["age"] = _age
+    env.filters["when"] = _when
+    templates = Jinja2Templates(env=env)
+    d = dashboard
+
+    def render(request: Request, template: str, code: int = 200, /, **context: Any) -> Response:
+        base = {
+            "url": d.url,
+            "actions": d.guard is not None,
+            "signed_in": d.guard is not None
+            and d.guard.signed_in(request.cookies.get(SESSION_COOKIE)),
+            "csrf": "" if d.guard is None else d.guard.csrf,
+            "refresh_ms": int(REFRESH_SECONDS * 1000),
+            "has_schedules": d.app is not None and bool(d.app.schedules),
+        }
+        return templates.TemplateResponse(request, template, {**base, **context}, status_code=code)
+
+    def problem(request: Request, status: int, message: str) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": message}, status_code=status)
+        return render(request, "problem.html", status, message=message)
+
+    def guarded(
+        handler: Callable[[Request], Any],
+    ) -> Callable[[Request], Any]:
+        async def wrapped(request: Request) -> Response:
+            try:
+                response: Response = await handler(request)
+            except _BadRequestError as exc:
+                return problem(request, 400, str(exc))
+            except KeyError as exc:
+                return problem(request, 404, f"no queue {exc.args[0]!r} on this dashboard")
+            except BackendError as exc:
+                return problem(request, 502, f"backend error: {type(exc).__name__}: {exc}")
+            return response
+
+        return wrapped
+
+    async def overview_data(page: int) -> dict[str, Any]:
+        names = d.queues.names
+        start, stop, pages = page_bounds(len(names), page, PAGE_SIZE)
+        now = d.clock.time()
+        rows: list[QueueRow] = []
+        workers: list[WorkerRow] = []
+        for name in names[start:stop]:
+            row, live, _ = await queue_row(name, await d.queues.get(name), now)
+            rows.append(row)
+            workers.extend(live)
+        d.sampler.record(rows)
+        timed = [(w.average_seconds, w.workers) for w in workers if w.average_seconds is not None]
+        weight = sum(n for _, n in timed)
+        return {
+            "queues": [msgspec.to_builtins(r) for r in rows],
+            "page": min(page, pages),
+            "pages": pages,
+            "page_size": PAGE_SIZE,
+            "total_queues": len(names),
+            "workers": [msgspec.to_builtins(w) for w in workers[:WORKERS_SHOWN]],
+            "workers_total": len(workers),
+            "workers_shown_cap": WORKERS_SHOWN,
+            "average_task_seconds": sum(s * n for s, n in timed) / weight if weight else None,
+            "throughput": d.sampler.series(),
+        }
+
+    @guarded
+    async def api_queues(request: Request) -> Response:
+        data = await overview_data(_page(request))
+        keys = ("queues", "page", "pages", "page_size", "total_queues")
+        return JSONResponse({k: data[k] for k in keys})
+
+    @guarded
+    async def api_overview(request: Request) -> Response:
+        return JSONResponse(await overview_data(_page(request)))
+
+    @guarded
+    async def overview(request: Request) -> Response:
+        return render(request, "overview.html", data=await overview_data(_page(request)))
+
+    async def queue_data(request: Request) -> dict[str, Any]:
+        name = request.path_params["name"]
+        queue = await d.queues.get(name)
+        now = d.clock.time()
+        row, live, stats = await queue_row(name, queue, now)
+        if stats is None:
+            raise BackendError(row.error or "no stats")
+        consumers = [msgspec.to_builtins(c) for c in stats.consumers[:CONSUMERS_SHOWN]]
+        return {
+            "queue": msgspec.to_builtins(row),
+            "consumers": consumers,
+            "consumers_total": len(stats.consumers),
+            "consumers_shown_cap": CONSUMERS_SHOWN,
+            "workers": [msgspec.to_builtins(w) for w in live[:WORKERS_SHOWN]],
+            "lookup": queue.capabilities.lookup,
+        }
+
+    @guarded
+    async def api_queue(request: Request) -> Response:
+        return JSONResponse(await queue_data(request))
+
+    @guarded
+    async def queue_page(request: Request) -> Response:
+        data = await queue_data(request)
+        name = request.path_params["name"]
+        message_id = request.query_params.get("id", "").strip()
+        status = None
+        if message_id:
+            status = await status_of(name, message_id)
+        return render(
+            request, "queue.html", name=name, data=data, status=status, message_id=message_id
+        )
+
+    async def status_of(name: str, message_id: str) -> dict[str, Any]:
+        queue = await d.queues.get(name)
+        app = d.app if d.app is not None and d.app.queue == name else App(name)
+        try:
+            found = await Producer(queue, app).status_many([message_id])
+        except ValueError as exc:
+            raise _BadRequestError(f"message id: {exc}") from None
+        document: dict[str, Any] = msgspec.to_builtins(found[0])
+        return document
+
+    @guarded
+    async def api_message(request: Request) -> Response:
+        name = request.path_params["name"]
+        return JSONResponse(await status_of(name, request.path_params["message_id"]))
+
+    async def dead_data(request: Request) -> tuple[str, list[dict[str, Any]], bool]:
+        name = request.path_params["name"]
+        admin = (await d.queues.get(name)).admin
+        if admin is None:
+            return name, [], False
+        letters = await admin.list_dead_letters(limit=DEAD_LETTERS_SHOWN)
+        return name, [msgspec.to_builtins(dead_letter_view(x)) for x in letters], True
+
+    @guarded
+    async def api_dead(request: Request) -> Response:
+        name, letters, supported = await dead_data(request)
+        return JSONResponse(
+            {
+                "queue": name,
+                "supported": supported,
+                "dead_letters": letters,
+                "cap": DEAD_LETTERS_SHOWN,
+            }
+        )
+
+    @guarded
+    async def dead_page(request: Request) -> Response:
+        name, letters, supported = await dead_data(request)
+        return render(
+            request,
+            "dead.html",
+            name=name,
+            letters=letters,
+            supported=supported,
+            cap=DEAD_LETTERS_SHOWN,
+            done=request.query_params.get("done", ""),
+        )
+
+    @guarded
+    async def dead_one(request: Request) -> Response:
+        name, letters, _ = await dead_data(request)
+        wanted = request.path_params["dead_id"]
+        letter = next((x for x in letters if x["id"] == wanted), None)
+        if letter is None:
+            return problem(
+                request,
+                404,
+                f"no dead letter {wanted!r} on queue {name!r} among the oldest "
+                f"{DEAD_LETTERS_SHOWN}",
+            )
+        if request.url.path.startswith("/api/"):
+            return JSONResponse(letter)
+        return render(request, "dead_one.html", name=name, letter=letter)
+
+    def refusal(request: Request) -> str | None:
+        if d.guard is None:
+            return "read-only dashboard: start it with --allow-actions to retry or purge"
+        if not d.guard.signed_in(request.cookies.get(SESSION_COOKIE)):
+            return "sign in with the dashboard token first"
+        return None
+
+    @guarded
+    async def confirm(request: Request) -> Response:
+        refused = refusal(request)
+        if refused is not None:
+            return problem(request, 403, refused)
+        name = request.path_params["name"]
+        await d.queues.get(name)
+        action = request.query_params.get("action", "")
+        target = request.query_params.get("id", "")
+        if action not in ("retry", "purge") or not target:
+            raise _BadRequestError("confirm needs action=retry|purge and id=ID or id=all")
+        return render(request, "confirm.html", name=name, action=action, target=target)
+
+    @guarded
+    async def act(request: Request) -> Response:
+        refused = refusal(request)
+        if refused is not None:
+            return problem(request, 403, refused)
+        form = await _form(request)
+        assert d.guard is not None
+        if not d.guard.csrf_matches(form.get("csrf")):
+            return problem(request, 403, "the form's CSRF value is missing or wrong: reload")
+        name = request.path_params["name"]
+        action, target = form.get("action"), form.get("id")
+        if action not in ("retry", "purge") or not target:
+            raise _BadRequestError("the action needs action=retry|purge and id=ID or id=all")
+        admin = (await d.queues.get(name)).admin
+        if admin is None:
+            raise _BadRequestError(f"the backend of queue {name!r} has no dead-letter store")
+        ids = None if target == "all" else [target]
+        if action == "retry":
+            count = len(await admin.retry_dead_letters(ids))
+        else:
+            count = await admin.purge_dead_letters(ids)
+        done = f"{action}: {count} dead letter(s)"
+        return RedirectResponse(
+            request.url_for("dead", name=name).include_query_params(done=done), status_code=303
+        )
+
+    async def schedules_data() -> dict[str, Any]:
+        app = d.app
+        if app is None or not app.schedules or app.queue not in d.queues:
+            return {"schedules": [], "leadership": False, "leader": None}
+        queue = await d.queues.get(app.queue)
+        leadership = leadership_of(queue) if queue.capabilities.leadership else None
+        schedules = list(app.schedules.values())
+        records = (
+            {} if leadership is None else await leadership.fire_records([s.name for s in schedules])
+        )
+        leader = None if leadership is None else await leadership.current_leader(ELECTION)
+        now = d.clock.time()
+        rows = []
+        for schedule in schedules:
+            record = records.get(schedule.name)
+            last = None if record is None else record.instant
+            upcoming = schedule.timing.next_after(max(now, last or now))
+            rows.append(
+                {
+                    "name": schedule.name,
+                    "task": schedule.task_name,
+                    "timing": schedule.timing.describe(),
+                    "last_fired": last,
+                    "next": upcoming if upcoming != float("inf") else None,
+                }
+            )
+        return {
+            "schedules": rows,
+            "leadership": leadership is not None,
+            "leader": None if leader is None else leader.holder,
+        }
+
+    @guarded
+    async def api_schedules(request: Request) -> Response:
+        return JSONResponse(await schedules_data())
+
+    @guarded
+    async def schedules_page(request: Request) -> Response:
+        return render(request, "schedules.html", data=await schedules_data())
+
+    @guarded
+    async def login(request: Request) -> Response:
+        if d.guard is None:
+            return problem(request, 403, "read-only dashboard: there is nothing to sign in to")
+        if request.method == "GET":
+            return render(request, "login.html", failed=False)
+        form = await _form(request)
+        given = form.get("token")
+        if given is None or not d.guard.token_matches(given.strip()):
+            return render(request, "login.html", 403, failed=True)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE, d.guard.session, httponly=True, samesite="strict", path="/"
+        )
+        return response
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await d.queues.aclose()
+
+    routes = [
+        Route("/", overview, name="overview"),
+        Route("/queues/{name}", queue_page, name="queue"),
+        Route("/queues/{name}/dead", dead_page, name="dead"),
+        Route("/queues/{name}/dead/confirm", confirm, name="confirm"),
+        Route("/queues/{name}/dead/action", act, methods=["POST"], name="act"),
+        Route("/queues/{name}/dead/{dead_id}", dead_one, name="dead_one"),
+        Route("/schedules", schedules_page, name="schedules"),
+        Route("/login", login, methods=["GET", "POST"], name="login"),
+        Route("/api/queues", api_queues),
+        Route("/api/overview", api_overview),
+        Route("/api/queues/{name}", api_queue),
+        Route("/api/queues/{name}/dead-letters", api_dead),
+        Route("/api/queues/{name}/dead-letters/{dead_id}", dead_one),
+        Route("/api/queues/{name}/messages/{message_id}", api_message),
+        Route("/api/schedules", api_schedules),
+        Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -1,0 +1,293 @@
+"""The dashboard's JSON API and pages over memory queues (and Redis, marked)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from taskrunner.app import App
+from taskrunner.dashboard import Dashboard, Guard
+from taskrunner.dashboard.data import PAGE_SIZE
+from taskrunner.producer import Producer
+from taskrunner.queue import Queue, WorkerInfo
+from taskrunner_backends.memory import open_from_url
+from tests.dashboard.support import TOKEN, client, dashboard, memory_url
+
+
+async def _dead_letter(queue: Queue, app: App, payload: object, *, reason: str) -> str:
+    """Dispatch one task and dead-letter it; returns its message id."""
+
+    @app.task(name="t.echo")
+    def echo(value: object) -> None: ...
+
+    [message_id] = await Producer(queue, app).dispatch_many("t.echo", [payload])
+    [delivery] = await queue.receive("c1", max_messages=1, wait_seconds=0, lease_seconds=30)
+    await queue.dead_letter([delivery], reason=reason)
+    return message_id
+
+
+async def test_api_queues_gives_one_object_per_queue_with_its_counts() -> None:
+    url = memory_url()
+    queue = await open_from_url(url, queue_name="jobs")
+    await queue.add([b"x", b"y", b"z"])
+    [delivery] = await queue.receive("c1", max_messages=1, wait_seconds=0, lease_seconds=30)
+    await queue.dead_letter([delivery], reason="boom")
+    await queue.receive("c2", max_messages=1, wait_seconds=0, lease_seconds=30)
+    board = dashboard(url, ["jobs", "empty"])
+    async with client(board) as http:
+        response = await http.get("/api/queues")
+    await board.queues.aclose()
+
+    assert response.status_code == 200
+    body = response.json()
+    assert [q["name"] for q in body["queues"]] == ["jobs", "empty"]
+    jobs, empty = body["queues"]
+    assert (jobs["ready"], jobs["in_flight"], jobs["dead"], jobs["delayed"]) == (1, 1, 1, 0)
+    assert (empty["ready"], empty["in_flight"], empty["dead"]) == (0, 0, 0)
+    assert body["total_queues"] == 2
+    assert body["pages"] == 1
+
+
+async def test_one_refresh_stats_only_the_page_shown_once_each() -> None:
+    names = [f"q{i:04}" for i in range(1000)]
+    counts: dict[str, int] = {}
+    board = dashboard(memory_url(), names, counts=counts)
+    async with client(board) as http:
+        first = await http.get("/api/overview?page=1")
+        assert counts == dict.fromkeys(names[:PAGE_SIZE], 1)
+        counts.clear()
+        last = await http.get("/api/overview?page=20")
+        assert counts == dict.fromkeys(names[-PAGE_SIZE:], 1)
+        counts.clear()
+        html = await http.get("/?page=2")
+        assert counts == dict.fromkeys(names[PAGE_SIZE : 2 * PAGE_SIZE], 1)
+        counts.clear()
+        past = await http.get("/api/queues?page=999")
+    await board.queues.aclose()
+
+    assert [q["name"] for q in first.json()["queues"]] == names[:PAGE_SIZE]
+    assert last.json()["pages"] == 20
+    assert html.status_code == 200
+    assert "1000 queue(s); page 2 of 20" in html.text
+    # A page past the end shows the last page, still at one call per queue.
+    assert past.json()["page"] == 20
+    assert counts == dict.fromkeys(names[-PAGE_SIZE:], 1)
+
+
+@pytest.mark.parametrize("page", ["0", "-1", "x", "1.5"])
+async def test_a_bad_page_number_is_refused_naming_it(page: str) -> None:
+    board = dashboard(memory_url(), ["a"])
+    async with client(board) as http:
+        api = await http.get(f"/api/queues?page={page}")
+        html = await http.get(f"/?page={page}")
+    await board.queues.aclose()
+
+    assert api.status_code == 400
+    assert "page must be" in api.json()["error"]
+    assert html.status_code == 400
+
+
+async def test_an_unknown_queue_is_404_and_never_opened() -> None:
+    opened: list[str] = []
+    board = dashboard(memory_url(), ["a"])
+    inner = board.queues._opener
+
+    async def opener(name: str) -> Queue:
+        opened.append(name)
+        return await inner(name)
+
+    board.queues._opener = opener
+    async with client(board) as http:
+        response = await http.get("/api/queues/other")
+        page = await http.get("/queues/other/dead")
+    await board.queues.aclose()
+
+    assert response.status_code == 404
+    assert "no queue 'other'" in response.json()["error"]
+    assert page.status_code == 404
+    assert opened == []
+
+
+async def test_workers_come_from_the_registry_with_pool_size_and_busy() -> None:
+    url = memory_url()
+    queue = await open_from_url(url, queue_name="jobs")
+    registry = queue.worker_registry
+    now = time.time()
+    for i in range(3):
+        info = WorkerInfo(instance=f"host-{i}", workers=8, busy=i, average_seconds=0.5, seen_at=now)
+        await registry.publish_worker(info, ttl_seconds=60)
+    await queue.add([b"m"] * 12)
+    board = dashboard(url, ["jobs"])
+    async with client(board) as http:
+        body = (await http.get("/api/overview")).json()
+    await board.queues.aclose()
+
+    assert [w["instance"] for w in body["workers"]] == ["host-0", "host-1", "host-2"]
+    assert [w["busy"] for w in body["workers"]] == [0, 1, 2]
+    [row] = body["queues"]
+    assert (row["workers"], row["busy"]) == (24, 3)
+    # 12 ready x 0.5 s / 24 workers.
+    assert row["predicted_wait_seconds"] == pytest.approx(0.25)
+    assert body["average_task_seconds"] == pytest.approx(0.5)
+
+
+async def test_dead_letters_decode_the_payload_and_pages_escape_html() -> None:
+    url = memory_url()
+    queue = await open_from_url(url, queue_name="jobs")
+    hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    await _dead_letter(queue, App("jobs"), {"html": hostile}, reason=f"failed: {hostile}")
+    board = dashboard(url, ["jobs"])
+    async with client(board) as http:
+        listing = (await http.get("/api/queues/jobs/dead-letters")).json()
+        [letter] = listing["dead_letters"]
+        one = await http.get(f"/queues/jobs/dead/{letter['id']}")
+        page = await http.get("/queues/jobs/dead")
+    await board.queues.aclose()
+
+    assert letter["task"] == "t.echo"
+    assert hostile in letter["payload"]  # the API gives the text as it is
+    for html in (one.text, page.text):
+        assert "<script>alert" not in html
+        assert "<img src=x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in one.text
+
+
+async def test_a_body_that_is_no_envelope_is_shown_as_base64() -> None:
+    url = memory_url()
+    queue = await open_from_url(url, queue_name="jobs")
+    await queue.add([b"\xff<b>raw</b>"])
+    [delivery] = await queue.receive("c", max_messages=1, wait_seconds=0, lease_seconds=30)
+    await queue.dead_letter([delivery], reason="undecodable")
+    board = dashboard(url, ["jobs"])
+    async with client(board) as http:
+        [letter] = (await http.get("/api/queues/jobs/dead-letters")).json()["dead_letters"]
+        page = await http.get(f"/queues/jobs/dead/{letter['id']}")
+    await board.queues.aclose()
+
+    assert letter["task"] is None
+    assert letter["payload"] is None
+    assert letter["body_base64"] == "/zxiPnJhdzwvYj4="
+    assert "/zxiPnJhdzwvYj4=" in page.text
+    assert "<b>raw" not in page.text
+
+
+async def test_message_status_by_id() -> None:
+    url = memory_url()
+    queue = await open_from_url(url, queue_name="jobs")
+    [message_id] = await queue.add([b"x"])
+    board = dashboard(url, ["jobs"])
+    async with client(board) as http:
+        found = (await http.get(f"/api/queues/jobs/messages/{message_id}")).json()
+        unknown = (await http.get("/api/queues/jobs/messages/nope-123")).json()
+        page = await http.get(f"/queues/jobs?id={message_id}")
+    await board.queues.aclose()
+
+    assert found["state"] == "ready"
+    assert unknown["state"] == "unknown"
+    assert page.status_code == 200
+    assert re.search(r"<dt>State</dt><dd>ready</dd>", page.text)
+
+
+async def test_the_backend_url_is_shown_masked() -> None:
+    board = dashboard(memory_url(), ["a"])
+    board.url = "redis://:***@db.internal:6379/0"
+    async with client(board) as http:
+        page = await http.get("/")
+    await board.queues.aclose()
+
+    assert "redis://:***@db.internal:6379/0" in page.text
+
+
+# Actions ---------------------------------------------------------------------------
+
+
+async def _signed_in_board(*, letters: int = 2) -> tuple[Queue, Dashboard]:
+    url = memory_url()
+    queue = await open_from_url(url, queue_name="jobs")
+    app = App("jobs")
+    for i in range(letters):
+        # A fresh App each time: the helper registers its task on the App it is given.
+        await _dead_letter(queue, app if i == 0 else App("jobs"), {"n": i}, reason="bad")
+    return queue, dashboard(url, ["jobs"], guard=Guard(TOKEN))
+
+
+async def test_read_only_dashboard_refuses_every_action() -> None:
+    url = memory_url()
+    queue = await open_from_url(url, queue_name="jobs")
+    await _dead_letter(queue, App("jobs"), 1, reason="bad")
+    board = dashboard(url, ["jobs"])
+    async with client(board) as http:
+        login = await http.post("/login", data={"token": TOKEN})
+        act = await http.post(
+            "/queues/jobs/dead/action", data={"action": "retry", "id": "all", "csrf": "x"}
+        )
+        page = await http.get("/queues/jobs/dead")
+    await board.queues.aclose()
+
+    assert login.status_code == 403
+    assert act.status_code == 403
+    assert "--allow-actions" in act.text
+    assert "Retry" not in page.text
+    assert (await queue.stats()).dead == 1
+
+
+async def test_an_action_needs_the_session_and_the_csrf_value() -> None:
+    queue, board = await _signed_in_board()
+    guard = board.guard
+    assert guard is not None
+    form = {"action": "purge", "id": "all", "csrf": guard.csrf}
+    async with client(board) as http:
+        anonymous = await http.post("/queues/jobs/dead/action", data=form)
+        wrong_token = await http.post("/login", data={"token": TOKEN + "x"})
+        assert wrong_token.status_code == 403
+        signed = await http.post("/login", data={"token": TOKEN})
+        assert signed.status_code == 303
+        no_csrf = await http.post("/queues/jobs/dead/action", data={**form, "csrf": ""})
+        bad_csrf = await http.post("/queues/jobs/dead/action", data={**form, "csrf": "0" * 64})
+        assert (await queue.stats()).dead == 2
+        done = await http.post("/queues/jobs/dead/action", data=form)
+    await board.queues.aclose()
+
+    assert anonymous.status_code == 403
+    assert no_csrf.status_code == 403
+    assert bad_csrf.status_code == 403
+    assert done.status_code == 303
+    assert "purge" in done.headers["location"]
+    assert (await queue.stats()).dead == 0
+
+
+async def test_retry_one_moves_only_that_letter_back_to_the_queue() -> None:
+    queue, board = await _signed_in_board()
+    assert board.guard is not None
+    async with client(board) as http:
+        await http.post("/login", data={"token": TOKEN})
+        letters = (await http.get("/api/queues/jobs/dead-letters")).json()["dead_letters"]
+        first = letters[0]["id"]
+        confirm = await http.get(f"/queues/jobs/dead/confirm?action=retry&id={first}")
+        assert confirm.status_code == 200
+        assert board.guard.csrf in confirm.text
+        await http.post(
+            "/queues/jobs/dead/action",
+            data={"action": "retry", "id": first, "csrf": board.guard.csrf},
+        )
+        after = (await http.get("/api/queues/jobs/dead-letters")).json()["dead_letters"]
+    await board.queues.aclose()
+
+    assert [x["id"] for x in after] == [letters[1]["id"]]
+    stats = await queue.stats()
+    assert (stats.ready, stats.dead) == (1, 1)
+
+
+def test_a_short_token_is_refused_naming_the_rule() -> None:
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        Guard("short")
+
+
+def test_generated_tokens_differ_and_derive_distinct_values() -> None:
+    one, two = Guard(), Guard()
+    assert one.token != two.token
+    assert one.csrf != one.session
+    assert not one.csrf_matches(two.csrf)
+    assert not one.signed_in(two.session)
