@@ -1,0 +1,40 @@
+"""Building a `Dashboard` for a backend URL (the CLI and the demo share it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from taskrunner.app import App
+from taskrunner.backends import connect
+from taskrunner.dashboard.data import QueueSet, Sampler
+from taskrunner.dashboard.security import Guard
+from taskrunner.dashboard.web import Dashboard
+from taskrunner.queue import Queue
+from taskrunner.redaction import mask_url
+
+__all__ = ["build_dashboard"]
+
+
+def build_dashboard(
+    url: str,
+    names: Sequence[str],
+    *,
+    app: App | None = None,
+    guard: Guard | None = None,
+    completed_source: Callable[[], int] | None = None,
+) -> Dashboard:
+    """A dashboard of queues `names` on `url`, its URL masked for display.
+
+    Queues are opened on first view and closed when the server stops.
+    """
+
+    async def opener(name: str) -> Queue:
+        return await connect(url, name)
+
+    return Dashboard(
+        queues=QueueSet(names, opener),
+        url=mask_url(url),
+        app=app,
+        guard=guard,
+        sampler=Sampler(completed_source=completed_source),
+    )

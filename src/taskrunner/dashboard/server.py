@@ -1,0 +1,86 @@
+"""Serving a `Dashboard` with uvicorn inside the caller's event loop.
+
+The CLI, ``taskrunner demo --dashboard`` and the browser test share this: the
+server is one task of the caller's TaskGroup, and `Server.stop` ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from collections.abc import Iterator
+
+import uvicorn
+
+from taskrunner.dashboard.web import Dashboard, create_app
+
+__all__ = ["Server", "check_bind_address"]
+
+
+def check_bind_address(addr: str, *, allow_remote: bool) -> str:
+    """`addr` when it is a loopback address, or any address with `allow_remote`.
+
+    Raises:
+        ValueError: `addr` is not an IP address, or not a loopback one without
+            `allow_remote` (the dashboard shows message payloads).
+    """
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        raise ValueError(f"--addr must be an IP address, got {addr!r}") from None
+    if not ip.is_loopback and not allow_remote:
+        raise ValueError(
+            f"--addr {addr} is reachable from other machines and the dashboard shows "
+            "message payloads; add --allow-remote to bind it anyway"
+        )
+    return addr
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves SIGINT/SIGTERM to the caller.
+
+    The CLI stops the demo's worker and the server on one signal; uvicorn's own
+    handlers would take the signal away from it.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Server:
+    """The dashboard's HTTP server on `host`:`port` (0: a free port, read `port` after start)."""
+
+    def __init__(self, dashboard: Dashboard, *, host: str = "127.0.0.1", port: int = 8181) -> None:
+        config = uvicorn.Config(
+            create_app(dashboard),
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+        )
+        self._server = _QuietServer(config)
+
+    async def run(self) -> None:
+        """Serve until `stop`; the queues are closed at the end."""
+        await self._server.serve()
+
+    async def started(self, timeout_seconds: float = 10.0) -> int:
+        """Wait (bounded) until the socket listens; returns the port.
+
+        Raises:
+            TimeoutError: It did not start within `timeout_seconds`.
+        """
+        async with asyncio.timeout(timeout_seconds):
+            while not self._server.started:
+                if self._server.should_exit:
+                    raise RuntimeError("the dashboard server stopped before it started")
+                await asyncio.sleep(0.01)
+        port: int = self._server.servers[0].sockets[0].getsockname()[1]
+        return port
+
+    def stop(self) -> None:
+        """Ask the server to finish its requests and stop."""
+        self._server.should_exit = True
