@@ -13,6 +13,7 @@ Commands::
     taskrunner db migrate [--url URL]   (apply a PostgreSQL schema's migrations)
     taskrunner demo [--url URL] [--tasks N] [--num-workers N]
     taskrunner config [--json]          (the effective settings and their sources)
+    taskrunner dashboard [MODULE:APP | --queue NAME ...] [--port 8181] [--allow-actions]
 
 Wherever a command takes an App, ``MODULE:APP`` may be its first argument or
 ``--app MODULE:APP`` (both: they must agree).
@@ -64,6 +65,7 @@ from typing import Any
 from taskrunner import __version__
 from taskrunner.cli import (
     config,
+    dashboard,
     db,
     dead_letters,
     demo,
@@ -122,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_parser(commands)
     config.add_parser(commands, common)
     db.add_parser(commands, common)
+    dashboard.add_parser(commands, common)
     return parser
 
 
@@ -262,4 +265,6 @@ def _run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
         return asyncio.run(scheduling.run_schedules(args, settings, out))
     if command == "db":
         return asyncio.run(db.run_db(args, settings, out))
+    if command == "dashboard":
+        return asyncio.run(dashboard.run_dashboard(args, settings))
     return asyncio.run(dead_letters.run_dead_letters(args, settings, out))
