@@ -6,10 +6,12 @@ import argparse
 import asyncio
 import sys
 
+from taskrunner.cli import dashboard
 from taskrunner.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     Parser,
+    UsageError,
     common_options,
     positive_int,
     renamed_flag,
@@ -40,10 +42,20 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
         "runner settings)",
     )
     renamed_flag(demo, "--workers", "--num-workers")
+    demo.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="also serve the web dashboard of the demo's queue, in this process, until "
+        "Ctrl-C (extra 'dashboard'; --port, --addr, --allow-actions as for "
+        "'taskrunner dashboard')",
+    )
+    dashboard.web_options(demo)
 
 
 async def run_demo_command(args: argparse.Namespace, settings: Settings) -> int:
     """Run the demo; a signal stops its worker (a second one skips the drain)."""
+    if args.dashboard:
+        return await _demo_with_dashboard(args, settings)
     from taskrunner.demo import run_demo
 
     runners: list[Runner] = []
@@ -68,4 +80,59 @@ async def run_demo_command(args: argparse.Namespace, settings: Settings) -> int:
         except asyncio.CancelledError:
             print("taskrunner: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+async def _demo_with_dashboard(args: argparse.Namespace, settings: Settings) -> int:
+    """The demo with the dashboard served beside it, and on after it until a signal.
+
+    A signal stops the demo's worker as without the dashboard, and the dashboard once
+    the demo has ended.
+    """
+    from taskrunner.demo import run_demo
+
+    package = dashboard.import_dashboard()
+    from taskrunner.dashboard.server import check_bind_address
+
+    try:
+        addr = check_bind_address(args.addr, allow_remote=args.allow_remote)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    runners: list[Runner] = []
+    board = package.build.build_dashboard(
+        settings.url,
+        [],
+        guard=dashboard.dashboard_guard(args),
+        completed_source=lambda: sum(r.stats().succeeded for r in runners),
+    )
+
+    def on_runner(runner: Runner) -> None:
+        runners.append(runner)
+        board.queues.names.append(runner.queue_name)
+
+    async def demo() -> None:
+        await run_demo(
+            url=settings.url, tasks=args.tasks, num_workers=args.num_workers, on_runner=on_runner
+        )
+        print("demo finished; the dashboard stays up until Ctrl-C", flush=True)
+
+    server = package.server.Server(board, host=addr, port=args.port)
+    stop = asyncio.Event()
+
+    def on_signal(_: int) -> None:
+        for runner in runners:
+            runner.stop()
+        stop.set()
+
+    with signal_handlers(on_signal):
+        async with asyncio.TaskGroup() as group:
+            serving = group.create_task(server.run())
+            port = await server.started()
+            host = f"[{addr}]" if ":" in addr else addr
+            print(f"dashboard at http://{host}:{port}/", flush=True)
+            group.create_task(demo())
+            stopping = group.create_task(stop.wait())
+            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            server.stop()
+            stopping.cancel()
     return EXIT_OK
