@@ -72,6 +72,8 @@ from taskrunner.queue import (
     WorkerRegistry,
 )
 
+from .checks import check_count, check_deliveries, encode_reason
+
 __all__ = ["InMemoryQueue", "open_from_url"]
 
 _CAPABILITIES = Capabilities(
@@ -269,7 +271,7 @@ class InMemoryQueue:
         self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
         """Lease up to `max_messages` ready messages, waiting up to `wait_seconds`."""
-        _check_count(max_messages)
+        check_count("max_messages", max_messages)
         _check_seconds("wait_seconds", wait_seconds)
         _check_seconds("lease_seconds", lease_seconds, positive=True)
         self._check_open()
@@ -292,7 +294,7 @@ class InMemoryQueue:
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Reset the idle time of owned deliveries; report the rest."""
         self._check_open()
-        _check_deliveries(deliveries)
+        check_deliveries(deliveries)
         now = self._store.clock.monotonic()
         lost = []
         for delivery in deliveries:
@@ -307,7 +309,7 @@ class InMemoryQueue:
     async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         """Complete and remove owned deliveries; report the rest."""
         self._check_open()
-        _check_deliveries(deliveries)
+        check_deliveries(deliveries)
         lost = []
         for delivery in deliveries:
             message = self._owned(delivery)
@@ -323,7 +325,7 @@ class InMemoryQueue:
         """Make owned deliveries ready again after `delay_seconds`; report the rest."""
         _check_seconds("delay_seconds", delay_seconds)
         self._check_open()
-        _check_deliveries(deliveries)
+        check_deliveries(deliveries)
         store = self._store
         now = store.clock.monotonic()
         lost = []
@@ -348,7 +350,7 @@ class InMemoryQueue:
     ) -> list[Delivery]:
         """Lease to `consumer` in-flight messages idle for longer than their own lease."""
         _check_seconds("lease_seconds", lease_seconds, positive=True)
-        _check_count(max_messages)
+        check_count("max_messages", max_messages)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -370,8 +372,8 @@ class InMemoryQueue:
     async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
         """Move owned deliveries to the dead-letter store; report the rest."""
         self._check_open()
-        _check_deliveries(deliveries)
-        _check_reason(reason)
+        check_deliveries(deliveries)
+        encode_reason(reason)
         store = self._store
         lost = []
         for delivery in deliveries:
@@ -1077,13 +1079,6 @@ def _check_result_write(write: ResultWrite) -> None:
     _check_seconds("ttl_seconds", write.ttl_seconds, positive=True)
 
 
-def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
-    # The whole batch is checked before any of it is acted on.
-    for delivery in deliveries:
-        if not isinstance(delivery, Delivery):
-            raise TypeError(f"expected a Delivery, got {type(delivery).__name__}")
-
-
 def _check_request(request: AddRequest) -> None:
     if not isinstance(request, AddRequest):
         raise TypeError(f"expected an AddRequest, got {type(request).__name__}")
@@ -1125,13 +1120,6 @@ def _lease(name: str, election: _Election, now: float) -> LeaderLease:
         token=election.token,
         remaining_seconds=max(0.0, election.expiry - now),
     )
-
-
-def _check_count(max_messages: int) -> None:
-    if isinstance(max_messages, bool) or not isinstance(max_messages, int):
-        raise TypeError(f"max_messages must be an int, not {type(max_messages).__name__}")
-    if max_messages < 1:
-        raise ValueError(f"max_messages must be >= 1, got {max_messages}")
 
 
 def _check_seconds(name: str, value: float, *, positive: bool = False) -> None:
@@ -1183,15 +1171,3 @@ def _parse_bool(text: str) -> bool:
     raise ConfigurationError(
         f"requires_heartbeat must be true or false, got {text!r}", setting="requires_heartbeat"
     )
-
-
-def _check_reason(reason: str) -> None:
-    """Refuse a reason that is no str, or one UTF-8 cannot encode (a lone surrogate)."""
-    if not isinstance(reason, str):
-        raise TypeError(f"reason must be a str, not {type(reason).__name__}")
-    try:
-        reason.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"reason holds a lone surrogate at position {exc.start}: not storable text"
-        ) from None

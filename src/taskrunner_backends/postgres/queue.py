@@ -53,6 +53,7 @@ from taskrunner.queue import (
     WorkerInfo,
     WorkerRegistry,
 )
+from taskrunner_backends.checks import check_count, check_deliveries, encode_reason
 
 from .db import Database, probe_connection
 from .errors import translate_errors
@@ -316,30 +317,6 @@ WHERE queue = %(queue)s AND expires_at > clock_timestamp()
 """
 
 
-def _check_count(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
-def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
-    for delivery in deliveries:
-        if not isinstance(delivery, Delivery):
-            raise TypeError(f"expected Delivery, got {type(delivery).__name__}")
-
-
-def _check_reason(reason: str) -> bytes:
-    if not isinstance(reason, str):
-        raise TypeError(f"reason must be a str, not {type(reason).__name__}")
-    try:
-        return reason.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"reason holds a lone surrogate at position {exc.start}: not storable text"
-        ) from None
-
-
 def _fence_key(delivery: Delivery) -> tuple[int, str, int] | None:
     """(row id, owner, delivery count) of a receipt this backend could have issued."""
     row = parse_message_id(delivery.message_id)
@@ -574,7 +551,7 @@ class PostgresQueue:
         """Lease up to `max_messages` ready messages (see `Queue.receive`)."""
         self._check_open()
         check_text("consumer", consumer)
-        _check_count("max_messages", max_messages)
+        check_count("max_messages", max_messages)
         wait = check_seconds("wait_seconds", wait_seconds, positive=False)
         lease = check_seconds("lease_seconds", lease_seconds, positive=True)
         deadline = self._clock.monotonic() + wait
@@ -639,7 +616,7 @@ class PostgresQueue:
     ) -> list[Delivery]:
         """Run a fenced statement on the deliveries it can match; return the rest (lost)."""
         self._check_open()
-        _check_deliveries(deliveries)
+        check_deliveries(deliveries)
         keys = [_fence_key(delivery) for delivery in deliveries]
         usable = [key for key in keys if key is not None]
         done: set[tuple[int, str, int]] = set()
@@ -687,13 +664,13 @@ class PostgresQueue:
         self._check_open()
         check_text("consumer", consumer)
         lease = check_seconds("lease_seconds", lease_seconds, positive=True)
-        _check_count("max_messages", max_messages)
+        check_count("max_messages", max_messages)
         return await self._lease(self._reclaim_sql, "reclaim", consumer, lease, max_messages)
 
     async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
         """Move owned deliveries to the dead letters, atomically; returns the lost ones."""
         self._check_open()
-        encoded = _check_reason(reason)
+        encoded = encode_reason(reason)
         return await self._fenced("dead letter", self._dead_letter_sql, deliveries, reason=encoded)
 
     async def stats(self) -> QueueStats:
@@ -728,7 +705,7 @@ class PostgresQueue:
 
     async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         """The oldest `limit` dead letters, oldest first."""
-        _check_count("limit", limit)
+        check_count("limit", limit)
         rows = await self._fetch(
             "list dead letters", self._db.sql(_LIST_DEAD), (self._queue, limit)
         )

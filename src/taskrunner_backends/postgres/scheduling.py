@@ -20,6 +20,7 @@ from typing import Any
 
 from taskrunner.errors import BackendError
 from taskrunner.queue import Added, AddRequest
+from taskrunner_backends.checks import check_text as shared_check_text
 
 from .db import Database
 from .schema import notify_channel
@@ -322,19 +323,7 @@ def _check_request(request: AddRequest) -> _Request:
 
 def check_text(name: str, value: str) -> str:
     """`value` if it is a non-empty str PostgreSQL text can hold; else TypeError/ValueError."""
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{name} must be a non-empty string")
-    if "\x00" in value:
-        raise ValueError(f"{name} holds NUL at position {value.index(chr(0))}: not storable text")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{name} holds a lone surrogate at position {exc.start}: not storable text"
-        ) from None
-    return value
+    return shared_check_text(name, value, nul=False)
 
 
 def storable_text(value: str) -> bool:

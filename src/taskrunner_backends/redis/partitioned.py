@@ -90,6 +90,7 @@ from taskrunner.queue import (
     WorkerRegistry,
 )
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
+from taskrunner_backends.checks import check_count, check_deliveries, encode_reason
 
 from .cluster_client import SlotClient, Topology
 from .cluster_url import split_cluster_url
@@ -102,9 +103,6 @@ from .queue import (
     Durability,
     RedisStreamsQueue,
     _check_consumer,
-    _check_count,
-    _check_deliveries,
-    _check_reason,
     _durable_option,
     _encode_request,
     _milliseconds,
@@ -438,7 +436,7 @@ class PartitionedQueue:
         call: Callable[[RedisStreamsQueue, list[Delivery]], Awaitable[list[Delivery]]],
     ) -> list[Delivery]:
         """Split `deliveries` by shard, `call` each shard's part in parallel, map back."""
-        _check_deliveries(deliveries)
+        check_deliveries(deliveries)
         self._check_open()
         lost: list[Delivery] = []
         parts: dict[int, list[tuple[Delivery, Delivery]]] = {}
@@ -511,7 +509,7 @@ class PartitionedQueue:
             BackendUnavailableError: A master could not be reached.
             QueueClosedError: The queue is or became closed.
         """
-        _check_count("max_messages", max_messages)
+        check_count("max_messages", max_messages)
         _check_consumer(consumer)
         _milliseconds("wait_seconds", wait_seconds, positive=False)
         _milliseconds("lease_seconds", lease_seconds, positive=True)
@@ -687,8 +685,8 @@ class PartitionedQueue:
         other (not in parallel), so the dead letters are listed in the order of the
         batch, as on a single stream. Dead-lettering is rare; the round trips are not.
         """
-        _check_deliveries(deliveries)
-        _check_reason(reason)
+        check_deliveries(deliveries)
+        encode_reason(reason)
         self._check_open()
         lost: list[Delivery] = []
         start = 0
@@ -712,7 +710,7 @@ class PartitionedQueue:
     ) -> list[Delivery]:
         """Reclaim lapsed leases shard by shard, from a rotating start, up to `max_messages`."""
         _milliseconds("lease_seconds", lease_seconds, positive=True)
-        _check_count("max_messages", max_messages)
+        check_count("max_messages", max_messages)
         _check_consumer(consumer)
         self._check_open()
         return await self._one_by_one(

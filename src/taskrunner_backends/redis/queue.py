@@ -171,6 +171,7 @@ from taskrunner.queue import (
     WorkerRegistry,
 )
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
+from taskrunner_backends.checks import check_count, check_deliveries, check_text, encode_reason
 
 from .client import Arg, RawClient, is_no_script
 from .errors import GroupMissingError, translate_errors
@@ -517,24 +518,11 @@ def _milliseconds(name: str, seconds: float, *, positive: bool) -> int:
     return min(_MAX_MS, math.ceil(seconds * 1000))
 
 
-def _check_count(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
 def _check_consumer(consumer: str) -> None:
     if not isinstance(consumer, str):
         raise TypeError(f"consumer must be a str, not {type(consumer).__name__}")
     if not consumer:
         raise ValueError("consumer must be a non-empty string")
-
-
-def _check_deliveries(deliveries: Sequence[Delivery]) -> None:
-    for delivery in deliveries:
-        if not isinstance(delivery, Delivery):
-            raise TypeError(f"expected Delivery, got {type(delivery).__name__}")
 
 
 def _as_int(value: object) -> int:
@@ -882,7 +870,7 @@ class RedisStreamsQueue:
         `DELAYED_RECHECK_SECONDS`). A partitioned queue blocks on several shards and
         stops the others once one delivered.
         """
-        _check_count("max_messages", max_messages)
+        check_count("max_messages", max_messages)
         _check_consumer(consumer)
         _milliseconds("wait_seconds", wait_seconds, positive=False)
         lease_ms = _milliseconds("lease_seconds", lease_seconds, positive=True)
@@ -1047,7 +1035,7 @@ class RedisStreamsQueue:
             ValueError: `lease_seconds` <= 0 or not finite, or `max_messages` < 1.
         """
         lease_ms = _milliseconds("lease_seconds", lease_seconds, positive=True)
-        _check_count("max_messages", max_messages)
+        check_count("max_messages", max_messages)
         _check_consumer(consumer)
         await self._ready()
         reply = await self._script(
@@ -1089,7 +1077,7 @@ class RedisStreamsQueue:
         Returns:
             The deliveries whose lease was already lost; they are left untouched.
         """
-        _check_reason(reason)
+        encode_reason(reason)
         return await self._fenced("dead", deliveries, reason)
 
     async def stats(self) -> QueueStats:
@@ -1259,8 +1247,8 @@ class RedisStreamsQueue:
             TypeError: A name is no str, or `ttl_seconds` no number.
             ValueError: `ttl_seconds` <= 0 or not finite, or `name`/`holder` empty.
         """
-        _check_text("name", name)
-        _check_text("holder", holder)
+        check_text("name", name)
+        check_text("holder", holder)
         ttl_ms = _milliseconds("ttl_seconds", ttl_seconds, positive=True)
         return _lease(name, await self._leadership("acquire", name, holder, ttl_ms))
 
@@ -1272,8 +1260,8 @@ class RedisStreamsQueue:
         A lapsed lease renews as long as nobody took it since (the token is still the
         election's latest and the record still names `holder`).
         """
-        _check_text("name", name)
-        _check_text("holder", holder)
+        check_text("name", name)
+        check_text("holder", holder)
         _check_token(token)
         ttl_ms = _milliseconds("ttl_seconds", ttl_seconds, positive=True)
         return _lease(name, await self._leadership("renew", name, holder, token, ttl_ms))
@@ -1284,14 +1272,14 @@ class RedisStreamsQueue:
         The token stays the election's latest (the next holder gets a larger one);
         the lease can no longer be renewed or resigned.
         """
-        _check_text("name", name)
-        _check_text("holder", holder)
+        check_text("name", name)
+        check_text("holder", holder)
         _check_token(token)
         return _as_int(await self._leadership("resign", name, holder, token)) == 1
 
     async def current_leader(self, name: str) -> LeaderLease | None:
         """The live lease of election `name`, or None when nobody holds one."""
-        _check_text("name", name)
+        check_text("name", name)
         return _lease(name, await self._leadership("current", name))
 
     async def fire(
@@ -1303,8 +1291,8 @@ class RedisStreamsQueue:
         is later than the schedule's recorded one. The message is a plain ready entry,
         as `add` writes it.
         """
-        _check_text("election", election)
-        _check_text("schedule", schedule)
+        check_text("election", election)
+        check_text("schedule", schedule)
         _check_token(token)
         if not isinstance(body, bytes):
             raise TypeError(f"message body must be bytes, not {type(body).__name__}")
@@ -1323,7 +1311,7 @@ class RedisStreamsQueue:
             raise TypeError("schedules must be a sequence of names, not a single string")
         names = list(dict.fromkeys(schedules))
         for name in names:
-            _check_text("schedule", name)
+            check_text("schedule", name)
         if not names:
             self._check_open()
             return {}
@@ -1389,7 +1377,7 @@ class RedisStreamsQueue:
         for write in results:
             if not isinstance(write, ResultWrite):
                 raise TypeError(f"expected ResultWrite, got {type(write).__name__}")
-            _check_text("message_id", write.message_id)
+            check_text("message_id", write.message_id)
             if not isinstance(write.body, bytes):
                 raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
             ttl_ms = _milliseconds("ttl_seconds", write.ttl_seconds, positive=True)
@@ -1440,7 +1428,7 @@ class RedisStreamsQueue:
             BackendUnavailableError: The server could not be reached for the first
                 look at the key (the listener itself retries until the timeout).
         """
-        _check_text("message_id", message_id)
+        check_text("message_id", message_id)
         _milliseconds("timeout_seconds", timeout_seconds, positive=False)
         await self._ready()
         key = self._keys.result(message_id)
@@ -1985,7 +1973,7 @@ class RedisStreamsQueue:
         *,
         overrides: Sequence[bytes] | None = None,
     ) -> list[Delivery]:
-        _check_deliveries(deliveries)
+        check_deliveries(deliveries)
         await self._ready()
         lost: list[Delivery] = []
         items: list[tuple[Delivery, tuple[Arg, ...]]] = []
@@ -2104,20 +2092,6 @@ def _stamp_seconds(raw: bytes) -> float:
         return 0.0
 
 
-def _check_text(name: str, value: str) -> None:
-    """Refuse a name that is no str, empty, or not encodable as UTF-8."""
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{name} must be a non-empty string")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{name} holds a lone surrogate at position {exc.start}: not storable text"
-        ) from None
-
-
 def _check_token(token: int) -> None:
     if isinstance(token, bool) or not isinstance(token, int):
         raise TypeError(f"token must be an int, not {type(token).__name__}")
@@ -2159,23 +2133,11 @@ def _encode_request(request: AddRequest) -> tuple[Arg, Arg, Arg, Arg, Arg]:
     key: Arg = ""
     unique_ms: Arg = ""
     if request.unique_key is not None:
-        _check_text("unique_key", request.unique_key)
+        check_text("unique_key", request.unique_key)
         key = request.unique_key
     if request.unique_seconds is not None:
         unique_ms = _milliseconds("unique_seconds", request.unique_seconds, positive=False)
     return (mode, value, key, unique_ms, request.body)
-
-
-def _check_reason(reason: str) -> None:
-    """Refuse a reason that is no str, or one UTF-8 cannot encode (a lone surrogate)."""
-    if not isinstance(reason, str):
-        raise TypeError(f"reason must be a str, not {type(reason).__name__}")
-    try:
-        reason.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"reason holds a lone surrogate at position {exc.start}: not storable text"
-        ) from None
 
 
 def _result_ids(message_ids: Sequence[str]) -> list[str | None]:
