@@ -67,11 +67,13 @@
     body.replaceChildren.apply(body, rows);
   }
 
-  function line(points, key, max) {
+  // The x axis spans the samples held (at least a minute, at most the 15 minutes kept),
+  // so a dashboard opened a minute ago does not draw its line in the last few pixels.
+  function line(points, key, max, span) {
     return points
       .filter(function (p) { return p[key] !== null; })
       .map(function (p) {
-        var x = 600 - (p.seconds_ago / 900) * 600;
+        var x = 600 - (p.seconds_ago / span) * 600;
         var y = 115 - (p[key] / max) * 110;
         return x.toFixed(1) + "," + y.toFixed(1);
       })
@@ -80,11 +82,16 @@
 
   function chart(points) {
     var max = 1;
+    var span = 60;
     points.forEach(function (p) {
       max = Math.max(max, p.completed_per_second || 0, p.dead_per_second);
+      span = Math.max(span, p.seconds_ago);
     });
-    document.getElementById("line-completed").setAttribute("points", line(points, "completed_per_second", max));
-    document.getElementById("line-dead").setAttribute("points", line(points, "dead_per_second", max));
+    span = Math.min(span, 900);
+    document.getElementById("line-completed").setAttribute("points", line(points, "completed_per_second", max, span));
+    document.getElementById("line-dead").setAttribute("points", line(points, "dead_per_second", max, span));
+    document.getElementById("chart-span").textContent =
+      "last " + Math.round(span) + " s, peak " + max.toFixed(1) + "/s";
     var last = points[points.length - 1];
     if (last) {
       document.getElementById("rate-completed").textContent =
