@@ -18,21 +18,21 @@ def install(session: nox.Session, *groups: str, extras: str = "") -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every test. Redis tests use TASKRUNNER_TEST_REDIS_URL or spawn a throwaway server."""
-    install(session, "test", extras="[conformance,prometheus,postgres]")
+    install(session, "test", extras="[conformance,prometheus,postgres,dashboard]")
     session.run("pytest", *session.posargs)
 
 
 @nox.session
 def redis(session: nox.Session) -> None:
     """Only the tests that need a Redis-compatible server (TASKRUNNER_TEST_SERVER=valkey|redis)."""
-    install(session, "test", extras="[conformance,prometheus,postgres]")
+    install(session, "test", extras="[conformance,prometheus,postgres,dashboard]")
     session.run("pytest", "-m", "redis", *session.posargs)
 
 
 @nox.session
 def postgres(session: nox.Session) -> None:
     """Only the tests that need PostgreSQL (TASKRUNNER_TEST_POSTGRES_URL, or a throwaway server)."""
-    install(session, "test", extras="[conformance,prometheus,postgres]")
+    install(session, "test", extras="[conformance,prometheus,postgres,dashboard]")
     session.run("pytest", "-m", "postgres", *session.posargs)
 
 
@@ -48,7 +48,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over src, conformance, tests, bench and examples."""
-    install(session, "typecheck", extras="[conformance,prometheus,postgres]")
+    install(session, "typecheck", extras="[conformance,prometheus,postgres,dashboard]")
     session.run("mypy")
 
 
