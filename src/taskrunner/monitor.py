@@ -4,7 +4,9 @@ Internal module. Every ``monitor_interval_seconds`` it publishes this process in
 backend's worker registry (when the backend has one), reads the ready backlog from
 the backend's stats (ready messages, not a length that counts processed entries) and
 the live processes from the registry, and computes the predicted wait. Then it lets the
-autoscaler react (tuning mode) and checks the long-queue threshold. Every
+autoscaler react (tuning mode), publishing again when the pool was resized so that peers
+never size their share from this process's old size, and checks the long-queue
+threshold. Every
 ``_CLEANUP_INTERVAL_SECONDS`` it also asks the backend to forget consumers idle for
 `consumer_idle_seconds` that hold no message (names are unique per process, so dead
 processes would otherwise leave their consumers behind forever).
@@ -205,8 +207,25 @@ class Monitor:
         self.latest = observation
         if self._autoscaler is not None:
             self._autoscaler.apply(
-                backlog=backlog, workers=workers, busy=busy, average_seconds=average
+                backlog=backlog,
+                workers=workers,
+                busy=busy,
+                average_seconds=average,
+                processes=len(peers),
             )
+            if self._registry is not None and self._pool.capacity != me.workers:
+                # Peers divide the cluster's target by what they read here: a size
+                # one interval old made them over-grow (issue 17).
+                resized = WorkerInfo(
+                    instance=me.instance,
+                    workers=self._pool.capacity,
+                    busy=me.busy,
+                    average_seconds=me.average_seconds,
+                    seen_at=me.seen_at,
+                )
+                await self._registry.publish_worker(
+                    resized, ttl_seconds=_TTL_INTERVALS * self._interval
+                )
         self._check_long_queue(observation.predicted_wait_seconds)
         await self._clean_up_consumers()
         return observation

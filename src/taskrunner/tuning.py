@@ -23,9 +23,14 @@ the predicted wait keeps overshooting: in simulation it swung between 3 and 200
 workers under a steady load. Aiming at the flow that keeps the backlog still, and at
 the band's edge rather than its centre, settles within a few cooldowns and then holds.
 
-Each process scales its own share (its size / all workers) of the cluster-wide target,
-so processes of different sizes need not be alike. Shrinking never cancels a running
-task: the pool is over capacity until enough tasks finish.
+Each process aims at an equal share (1 / live processes) of the cluster-wide target,
+given the sizes its peers published after their last resize. Scaling its current share
+instead left nothing pulling the shares together: two runners drifted to 3 + 19 and
+9 + 99 workers (issue 17). With equal bounds, settled processes stay within a few
+workers of each other (tests/tuning/test_processes.py states the ratio); a process held
+at its own ``max_workers`` leaves the others at their share, so give processes the same
+bounds. Shrinking never cancels a running task: the pool is over capacity until enough
+tasks finish.
 """
 
 from __future__ import annotations
@@ -48,6 +53,19 @@ _SHRINK_STEP = 0.9
 # The backlog error is corrected over this many desired waits.
 _HORIZON_WAITS = 4.0
 
+# Time constant of the smoothed estimates, in desired waits.
+_SMOOTHING_WAITS = 4.0
+
+# A predicted wait above this multiple of the band's upper edge bypasses smoothing and
+# hysteresis (a burst).
+_FAR_FACTOR = 2.0
+
+# A resize opposite to the previous one must move at least this many workers.
+_REVERSAL_MIN_STEP = 2
+
+# ... unless the controller wanted it on this many decisions in a row.
+_REVERSAL_DECISIONS = 2
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -57,7 +75,8 @@ class Decision:
         size: The pool size to have.
         reason: One of ``no_estimate``, ``queue_empty``, ``in_band``, ``above_band``,
             ``draining`` (above, but the backlog already falls), ``below_band``,
-            ``filling`` (below, but the backlog already grows).
+            ``filling`` (below, but the backlog already grows), ``hysteresis`` (a
+            one-worker step back held by the `Autoscaler`).
     """
 
     size: int
@@ -75,6 +94,11 @@ class Signals:
         workers: Workers serving the queue across processes.
         busy: Of those, running a task.
         average_seconds: Average task duration (None before any finished).
+        arrivals_per_second: The arrival rate as estimated by the caller (smoothed);
+            None: busy / average + trend, from this observation alone.
+        processes: Live processes sharing the queue. Given, each process aims at an
+            equal share of the cluster-wide size (so shares converge); None: at its
+            current share (its size / workers).
     """
 
     backlog: int
@@ -82,6 +106,8 @@ class Signals:
     workers: int
     busy: int
     average_seconds: float | None
+    arrivals_per_second: float | None = None
+    processes: int | None = None
 
 
 def predicted_wait(average_seconds: float | None, backlog: int, workers: int) -> float | None:
@@ -123,11 +149,21 @@ def decide_pool_size(current: int, signals: Signals, tuning: TuningConfig) -> De
     upper = tuning.desired_wait_seconds + tuning.wait_tolerance_seconds
     if lower <= predicted <= upper:
         return clamp(current, "in_band")
-    arrivals = max(0.0, signals.busy / duration + trend)
+    arrivals = (
+        signals.arrivals_per_second
+        if signals.arrivals_per_second is not None
+        else signals.busy / duration + trend
+    )
+    arrivals = max(0.0, arrivals)
     edge = upper if predicted > upper else lower
     horizon = _HORIZON_WAITS * tuning.desired_wait_seconds
     cluster_target = duration * arrivals + duration * (signals.backlog - edge * arrivals) / horizon
-    target = _round_half_away(cluster_target * current / max(signals.workers, 1))
+    share = (
+        1 / signals.processes
+        if signals.processes is not None and signals.processes > 0
+        else current / max(signals.workers, 1)
+    )
+    target = _round_half_away(cluster_target * share)
     if predicted > upper:
         if target > current:
             return clamp(target, "above_band")
@@ -140,10 +176,20 @@ def decide_pool_size(current: int, signals: Signals, tuning: TuningConfig) -> De
 class Autoscaler:
     """Applies `decide_pool_size` to the pool after every observation.
 
+    Noise handling (issue 17): one observation's backlog trend is mostly the queue's own
+    Poisson noise, and acting on it made the pool dither. So the arrival rate,
+    the trend and the duration are smoothed (exponentially, time constant
+    `_SMOOTHING_WAITS` desired waits), except when the predicted wait is far outside
+    the band (above twice its upper edge, or the queue just emptied or filled from
+    empty), where the raw reading replaces the smoothed one so a burst is met at once.
+    And a resize opposite to the previous one (a direction reversal) of fewer than
+    `_REVERSAL_MIN_STEP` workers is not made (reason ``hysteresis``), unless the wait
+    is far outside the band or the queue is empty.
+
     Args:
         pool: The pool to resize.
         tuning: The band, bounds and cooldown.
-        clock: Measures the cooldown.
+        clock: Measures the cooldown and the smoothing.
     """
 
     def __init__(self, pool: WorkerPool, tuning: TuningConfig, *, clock: Clock) -> None:
@@ -152,39 +198,99 @@ class Autoscaler:
         self._clock = clock
         self._last_change: float | None = None
         self._previous: tuple[float, int] | None = None
+        self._trend: float | None = None
+        self._arrivals: float | None = None
+        self._duration: float | None = None
+        self._direction = 0
+        self._wanted = 0
+        self._wanted_direction = 0
         self.last_decision: Decision | None = None
 
+    def _smooth(self, old: float | None, new: float, weight: float) -> float:
+        return new if old is None else old + weight * (new - old)
+
     def apply(
-        self, *, backlog: int, workers: int, busy: int, average_seconds: float | None
+        self,
+        *,
+        backlog: int,
+        workers: int,
+        busy: int,
+        average_seconds: float | None,
+        processes: int | None = None,
     ) -> Decision:
-        """Decide from one observation and resize unless the cooldown forbids.
+        """Decide from one observation and resize unless the cooldown or hysteresis forbids.
+
+        Args:
+            backlog: Ready messages.
+            workers: Workers serving the queue across processes, as published after
+                each process's last resize.
+            busy: Of those, running a task.
+            average_seconds: Average task duration, None before any finished.
+            processes: Live processes; given, this process aims at an equal share.
 
         Returns:
             The decision (what the pool has afterwards, or wanted to have when the
-            cooldown held it back).
+            cooldown or the hysteresis held it back).
         """
+        tuning = self._tuning
         now = self._clock.monotonic()
-        trend = None
+        raw_trend = None
+        weight = 1.0
         if self._previous is not None and now > self._previous[0]:
-            trend = (backlog - self._previous[1]) / (now - self._previous[0])
+            elapsed = now - self._previous[0]
+            raw_trend = (backlog - self._previous[1]) / elapsed
+            weight = 1 - math.exp(-elapsed / (_SMOOTHING_WAITS * tuning.desired_wait_seconds))
         self._previous = (now, backlog)
+        upper = tuning.desired_wait_seconds + tuning.wait_tolerance_seconds
+        raw_wait = predicted_wait(average_seconds, backlog, workers)
+        far = raw_wait is not None and raw_wait > _FAR_FACTOR * upper
+        if far or backlog == 0:
+            weight = 1.0  # far from the band or idle: the raw reading, not the history
+        if average_seconds is not None:
+            self._duration = self._smooth(self._duration, average_seconds, weight)
+        if raw_trend is not None:
+            self._trend = self._smooth(self._trend, raw_trend, weight)
+        # StatsRecorder's average weighs the last ten tasks or so: too noisy alone.
+        duration = self._duration
+        arrivals = None
+        if duration is not None and duration > 0:
+            raw_arrivals = busy / duration + (raw_trend or 0.0)
+            self._arrivals = self._smooth(self._arrivals, max(0.0, raw_arrivals), weight)
+            arrivals = self._arrivals
         signals = Signals(
             backlog=backlog,
-            trend_per_second=trend,
+            trend_per_second=self._trend if raw_trend is not None else None,
             workers=workers,
             busy=busy,
-            average_seconds=average_seconds,
+            average_seconds=duration,
+            arrivals_per_second=arrivals,
+            processes=processes,
         )
         current = self._pool.capacity
-        decision = decide_pool_size(current, signals, self._tuning)
+        decision = decide_pool_size(current, signals, tuning)
         self.last_decision = decision
-        if decision.size == current:
+        direction = (decision.size > current) - (decision.size < current)
+        if direction == 0:
+            self._wanted = 0
+            self._wanted_direction = 0
             return decision
-        cooldown = self._tuning.cooldown_seconds
+        self._wanted = self._wanted + 1 if direction == self._wanted_direction else 1
+        self._wanted_direction = direction
+        reversal = direction == -self._direction and decision.reason != "queue_empty"
+        if (
+            reversal
+            and not far
+            and abs(decision.size - current) < _REVERSAL_MIN_STEP
+            and self._wanted < _REVERSAL_DECISIONS
+        ):
+            # A small step back, not wanted for long, is mostly the queue's noise: hold.
+            return Decision(current, "hysteresis")
+        cooldown = tuning.cooldown_seconds
         if cooldown > 0 and self._last_change is not None and now - self._last_change < cooldown:
             return decision
         self._pool.resize(decision.size)
         self._last_change = now
+        self._direction = direction
         _log.info(
             "pool resized from %d to %d workers (%s; backlog %d, %d workers in all)",
             current,

@@ -1,0 +1,191 @@
+"""A seeded, stochastic queue simulation driving the real `Autoscaler` on simulated time.
+
+Why a harness of its own rather than the real `Runner` on ``memory://``: a run of the
+Runner costs an event-loop turn per task and fake-clock step, and the figures need tens
+of thousands of tasks per seed over five seeds; the harness runs one seed in well under
+a second. What is under test is real: `taskrunner.tuning.Autoscaler` (with
+`decide_pool_size`) resizes a real `WorkerPool`, one per simulated process, from the
+signals the monitor would give it (ready backlog, workers and busy summed over the
+processes' published sizes, the duration's moving average with the weight
+`StatsRecorder` uses).
+
+The model: Poisson arrivals (exponential gaps, rate per phase), task durations uniform
+on [0.25, 0.75] s (mean 0.5), one shared FIFO backlog, each process starting tasks as
+soon as it has a free worker, and a monitor per process every `interval` seconds
+(offset so processes do not observe in the same instant). Time advances in ticks of
+`_TICK` seconds, finer than any task.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from taskrunner.config import TuningConfig
+from taskrunner.pool import WorkerPool
+from taskrunner.tuning import Autoscaler, predicted_wait
+
+__all__ = ["Decision", "Phase", "Run", "simulate"]
+
+_TICK = 0.02
+_EWMA_WEIGHT = 0.1  # as taskrunner.stats
+_MIN_SECONDS, _MAX_SECONDS = 0.25, 0.75
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:  # pragma: no cover - never awaited
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Arrivals at `rate` per second for `seconds`."""
+
+    name: str
+    rate: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One observation of one process and what its pool had afterwards."""
+
+    at: float
+    process: int
+    phase: str
+    backlog: int
+    workers: int
+    predicted: float | None
+    size_after: int
+
+
+@dataclass
+class _Process:
+    pool: WorkerPool
+    scaler: Autoscaler | None
+    running: list[float] = field(default_factory=list)  # finish times (a heap)
+    published: int = 0
+    published_busy: int = 0
+    average: float | None = None
+    next_observe: float = 0.0
+
+
+@dataclass
+class Run:
+    """The decisions of every process, in time order, and the phases' start times."""
+
+    decisions: list[Decision]
+    phase_starts: dict[str, float]
+    interval: float
+    sizes: list[tuple[float, list[int]]]  # (time, every process's size) at each decision
+
+
+def simulate(
+    phases: list[Phase],
+    tuning: TuningConfig | None,
+    *,
+    seed: int,
+    processes: int = 1,
+    interval: float = 1.0,
+    start_size: int | None = None,
+    fixed_size: int | None = None,
+    publish_after_resize: bool = True,
+) -> Run:
+    """Run the phases once; `tuning` None with `fixed_size` is a fixed pool per process.
+
+    `publish_after_resize` False reproduces the old monitor: peers see the size a
+    process had before its last resize.
+    """
+    rng = random.Random(seed)
+    clock = _Clock()
+    procs: list[_Process] = []
+    for index in range(processes):
+        size = fixed_size if tuning is None else (start_size or tuning.min_workers)
+        assert size is not None
+        pool = WorkerPool(size)
+        scaler = None if tuning is None else Autoscaler(pool, tuning, clock=clock)
+        procs.append(
+            _Process(pool, scaler, published=size, next_observe=interval * (index + 1) / processes)
+        )
+    backlog = 0
+    decisions: list[Decision] = []
+    sizes: list[tuple[float, list[int]]] = []
+    starts: dict[str, float] = {}
+    t = 0.0
+    for phase in phases:
+        starts[phase.name] = t
+        end = t + phase.seconds
+        next_arrival = t + (rng.expovariate(phase.rate) if phase.rate > 0 else phase.seconds)
+        while t < end:
+            t = round(t + _TICK, 9)
+            clock.now = t
+            while next_arrival <= t and next_arrival < end:
+                backlog += 1
+                next_arrival += rng.expovariate(phase.rate) if phase.rate > 0 else phase.seconds
+            order = list(range(processes))
+            rng.shuffle(order)
+            for index in order:
+                proc = procs[index]
+                while proc.running and proc.running[0] <= t:
+                    finished = heapq.heappop(proc.running)
+                    del finished
+                    proc.pool.finish()
+                while backlog and proc.pool.free() > 0:
+                    duration = rng.uniform(_MIN_SECONDS, _MAX_SECONDS)
+                    assert proc.pool.try_reserve(1) == 1
+                    proc.pool.start()
+                    heapq.heappush(proc.running, t + duration)
+                    proc.average = (
+                        duration
+                        if proc.average is None
+                        else proc.average + _EWMA_WEIGHT * (duration - proc.average)
+                    )
+                    backlog -= 1
+            for index, proc in enumerate(procs):
+                if t + 1e-9 < proc.next_observe:
+                    continue
+                proc.next_observe += interval
+                proc.published = proc.pool.capacity
+                proc.published_busy = proc.pool.busy
+                workers = sum(p.published for p in procs)
+                busy = sum(p.published_busy for p in procs)
+                timed = [p for p in procs if p.average is not None]
+                weight = sum(p.published for p in timed)
+                average = (
+                    sum(p.average * p.published for p in timed if p.average is not None) / weight
+                    if weight
+                    else None
+                )
+                if proc.scaler is not None:
+                    proc.scaler.apply(
+                        backlog=backlog,
+                        workers=workers,
+                        busy=busy,
+                        average_seconds=average,
+                        processes=processes,
+                    )
+                    if publish_after_resize:
+                        proc.published = proc.pool.capacity
+                decisions.append(
+                    Decision(
+                        at=t,
+                        process=index,
+                        phase=phase.name,
+                        backlog=backlog,
+                        workers=workers,
+                        predicted=predicted_wait(average, backlog, workers),
+                        size_after=proc.pool.capacity,
+                    )
+                )
+                sizes.append((t, [p.pool.capacity for p in procs]))
+    return Run(decisions, starts, interval, sizes)
