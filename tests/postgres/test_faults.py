@@ -408,6 +408,37 @@ async def test_a_pool_timeout_says_in_use_or_unreachable_as_it_was_and_quotes_th
         assert "in use" not in message, message
 
 
+async def test_a_pool_timeout_after_failed_attempts_says_so_when_the_server_is_back(
+    private_postgres: LocalPostgres,
+) -> None:
+    # pool_timeout 3 s: the pool's reconnect attempts (bounded by it) find the restarted
+    # server before the hold below gives up waiting for a connection.
+    url = _url(private_postgres, pool_min="1", pool_max="1", pool_timeout="3")
+    async with opened(url) as queue:
+        await queue.add([b"before"])
+        private_postgres.stop()
+        with pytest.raises(BackendUnavailableError, match="server unavailable"):
+            await queue.len()  # on the broken connection, which the pool then replaces
+
+        async def connect_errors() -> int:
+            return int(queue.database.pool.get_stats().get("connections_errors", 0))
+
+        await eventually(connect_errors, lambda n: n > 0, what="a failed reconnection")
+        private_postgres.start()
+        async with queue.database.transaction("hold the only connection"):
+            with pytest.raises(BackendUnavailableError) as held:
+                await queue.len()
+        message = str(held.value)
+        assert "connection attempts failed meanwhile" in message, message
+        assert "a fresh connection succeeds now" in message, message
+        # The failures are accounted for: the next timeout of a held pool is "in use".
+        async with queue.database.transaction("hold the only connection"):
+            with pytest.raises(BackendUnavailableError) as again:
+                await queue.len()
+        assert "every connection is in use; raise pool_max" in str(again.value)
+        assert await queue.len() == 1
+
+
 # -- (d) a row lock held by another transaction -----------------------------------------------
 
 
