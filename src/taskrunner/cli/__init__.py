@@ -11,6 +11,7 @@ Commands::
     taskrunner dead-letters list|show ID|retry ID...|--all|purge ID...|--all [--yes]
     taskrunner queue delete NAME [--yes]
     taskrunner db migrate [--url URL]   (apply a PostgreSQL schema's migrations)
+    taskrunner db status [--url URL]    (its version against this taskrunner's; counts)
     taskrunner demo [--url URL] [--tasks N] [--num-workers N]
     taskrunner config [--json]          (the effective settings and their sources)
     taskrunner dashboard [MODULE:APP | --queue NAME ...] [--port 8181] [--allow-actions]
@@ -36,6 +37,8 @@ Exit codes:
   ``cancel`` could not cancel an id (running, done or unknown).
 * 2 - bad usage or configuration: unknown flag or setting, a value breaking a rule, an
   App that cannot be imported, an unknown task, an invalid payload.
+* 3 - ``db status``: the schema is missing or older than this taskrunner's (run
+  ``db migrate``); 4 - it is newer (upgrade taskrunner).
 * 130 - interrupted (Ctrl-C) during a command other than ``worker`` and ``demo``.
 * 141 - the reader of the output went away (``taskrunner config | head -1``): the
   command stops quietly, as tools killed by SIGPIPE do (128 + 13).
