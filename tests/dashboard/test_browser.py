@@ -7,7 +7,7 @@ anything. The tasks wait on a gate the test opens, so "numbers change while the 
 runs" is a fact the test causes, not a race it hopes to win.
 
 Without chromium and chromedriver the test skips, saying so; with
-``TASKRUNNER_REQUIRE_BROWSER=1`` (set in .ci/run) it fails instead. Screenshots go to
+``TASKRUNNER_TEST_REQUIRE_BROWSER=1`` (set in .ci/run) it fails instead. Screenshots go to
 ``TASKRUNNER_SCREENSHOT_DIR`` when set (``docs/images`` regenerates the docs'), else to
 the test's tmp_path.
 """
@@ -172,8 +172,8 @@ def browser() -> Iterator[object]:
         reason = (
             "needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver)"
         )
-        if os.environ.get("TASKRUNNER_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"TASKRUNNER_REQUIRE_BROWSER=1 but the browser is missing: {reason}")
+        if os.environ.get("TASKRUNNER_TEST_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"TASKRUNNER_TEST_REQUIRE_BROWSER=1 but the browser is missing: {reason}")
         pytest.skip(reason)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

@@ -1,7 +1,7 @@
 """``taskrunner dashboard``: the web view of the queues (needs the ``dashboard`` extra).
 
 Serves until SIGINT/SIGTERM. Read-only unless ``--allow-actions``; then the token
-(``TASKRUNNER_DASHBOARD_TOKEN``, or a random one printed at start) signs a browser in
+(``TR_DASHBOARD_TOKEN``, or a random one printed at start) signs a browser in
 for retry and purge. Binds 127.0.0.1 unless told otherwise.
 """
 
@@ -66,7 +66,7 @@ def web_options(parser: argparse.ArgumentParser) -> None:
         "--allow-actions",
         action="store_true",
         help="offer retry and purge of dead letters, to a browser signed in with the token "
-        "(TASKRUNNER_DASHBOARD_TOKEN, or one printed at start)",
+        "(TR_DASHBOARD_TOKEN, or one printed at start)",
     )
 
 

@@ -2,7 +2,7 @@
 
 Actions (retry, purge) change the backend, so they need three things: the dashboard
 was started with ``--allow-actions``; the browser holds a session cookie set by
-signing in with the token (printed at start, or ``TASKRUNNER_DASHBOARD_TOKEN``); and
+signing in with the token (printed at start, or ``TR_DASHBOARD_TOKEN``); and
 the form carries the CSRF value derived from that token. A page of another origin can
 make the browser send the cookie (it is also SameSite=Strict, so modern browsers do
 not) but cannot read the CSRF value, so its forged form is refused.
@@ -17,7 +17,8 @@ import secrets
 __all__ = ["SESSION_COOKIE", "TOKEN_ENV", "Guard"]
 
 SESSION_COOKIE = "taskrunner_dashboard"
-TOKEN_ENV = "TASKRUNNER_DASHBOARD_TOKEN"
+# Not TASKRUNNER_*: those are settings, and the settings loader refuses unknown ones.
+TOKEN_ENV = "TR_DASHBOARD_TOKEN"
 # Shorter tokens are guessable over a local network in hours.
 MIN_TOKEN_LENGTH = 16
 

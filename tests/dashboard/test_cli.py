@@ -1,0 +1,160 @@
+"""``taskrunner dashboard`` and ``taskrunner demo --dashboard`` as commands, in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from taskrunner.cli import main
+
+pytestmark = pytest.mark.timeout(90)
+
+DEADLINE_SECONDS = 30
+
+
+class Command:
+    """A ``taskrunner`` subprocess whose stdout lines are read by a thread, with deadlines."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "taskrunner", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for(self, pattern: str) -> re.Match[str]:
+        """The first line matching `pattern` within the deadline."""
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                line = self.lines.get(timeout=max(remaining, 0.001))
+            except queue.Empty:
+                raise AssertionError(f"no line matching {pattern!r} in {self.seen}") from None
+            if line is None:
+                raise AssertionError(f"exited without a line matching {pattern!r}: {self.seen}")
+            self.seen.append(line)
+            found = re.search(pattern, line)
+            if found:
+                return found
+
+    def interrupt(self) -> int:
+        self.process.send_signal(signal.SIGINT)
+        return self.process.wait(timeout=DEADLINE_SECONDS)
+
+    def close(self) -> None:
+        """Kill the process if it still runs, and close its output once read to the end."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=DEADLINE_SECONDS)
+        self._reader.join(DEADLINE_SECONDS)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+@pytest.fixture
+def commands() -> Iterator[list[Command]]:
+    started: list[Command] = []
+    yield started
+    for command in started:
+        command.close()
+
+
+def test_dashboard_serves_masks_the_url_and_stops_on_sigint(commands: list[Command]) -> None:
+    command = Command(
+        "dashboard", "--url", "memory://u:hunter2secret@store", "--port", "0", "--queue", "jobs"
+    )
+    commands.append(command)
+    base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
+    queues = httpx.get(f"{base}/api/queues", timeout=10).json()["queues"]
+    page = httpx.get(f"{base}/", timeout=10).text
+    login = httpx.get(f"{base}/login", timeout=10)
+    code = command.interrupt()
+
+    assert [q["name"] for q in queues] == ["jobs"]
+    assert "hunter2secret" not in page
+    assert "hunter2secret" not in "\n".join(command.seen)
+    assert login.status_code == 403  # read-only without --allow-actions
+    assert code == 0
+
+
+def test_allow_actions_prints_a_generated_token(commands: list[Command]) -> None:
+    command = Command("dashboard", "--port", "0", "--allow-actions", env={"TR_DASHBOARD_TOKEN": ""})
+    commands.append(command)
+    token = command.wait_for(r"action token \(sign in with it\): (\S+)")[1]
+    base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
+    signed = httpx.post(f"{base}/login", data={"token": token}, timeout=10)
+    refused = httpx.post(f"{base}/login", data={"token": token[:-1]}, timeout=10)
+    assert command.interrupt() == 0
+
+    assert signed.status_code == 303
+    assert "taskrunner_dashboard=" in signed.headers["set-cookie"]
+    assert refused.status_code == 403
+
+
+def test_a_token_from_the_environment_is_not_printed(commands: list[Command]) -> None:
+    token = "environment-token-0123456789"
+    command = Command(
+        "dashboard", "--port", "0", "--allow-actions", env={"TR_DASHBOARD_TOKEN": token}
+    )
+    commands.append(command)
+    base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
+    signed = httpx.post(f"{base}/login", data={"token": token}, timeout=10)
+    assert command.interrupt() == 0
+
+    assert signed.status_code == 303
+    assert token not in "\n".join(command.seen)
+
+
+def test_a_reachable_address_needs_allow_remote(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["dashboard", "--addr", "0.0.0.0", "--port", "0"])
+    assert code == 2
+    assert "--allow-remote" in capsys.readouterr().err
+
+
+def test_a_short_token_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TR_DASHBOARD_TOKEN", "short")
+    code = main(["dashboard", "--allow-actions", "--port", "0"])
+    assert code == 2
+    assert "at least 16 characters" in capsys.readouterr().err
+
+
+def test_a_bad_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboard", "--port", "65536"]) == 2
+    assert "port must be 0-65535" in capsys.readouterr().err
+
+
+def test_demo_dashboard_shows_the_demo_queue_and_stays_up(commands: list[Command]) -> None:
+    command = Command("demo", "--dashboard", "--port", "0", "--tasks", "200", "--num-workers", "16")
+    commands.append(command)
+    base = command.wait_for(r"dashboard at (http://127\.0\.0\.1:\d+)/")[1]
+    queue_name = command.wait_for(r"dispatched 200 tasks to '(demo-[0-9a-f]+)'")[1]
+    command.wait_for(r"demo finished; the dashboard stays up")
+    body = httpx.get(f"{base}/api/queues", timeout=10).json()
+    assert command.interrupt() == 0
+
+    assert [q["name"] for q in body["queues"]] == [queue_name]
