@@ -60,6 +60,9 @@ _SMOOTHING_WAITS = 4.0
 # hysteresis (a burst).
 _FAR_FACTOR = 2.0
 
+# In band, a process further than this fraction of its equal share from it moves to it.
+_SHARE_SLACK = 0.15
+
 # A resize opposite to the previous one must move at least this many workers.
 _REVERSAL_MIN_STEP = 2
 
@@ -76,7 +79,8 @@ class Decision:
         reason: One of ``no_estimate``, ``queue_empty``, ``in_band``, ``above_band``,
             ``draining`` (above, but the backlog already falls), ``below_band``,
             ``filling`` (below, but the backlog already grows), ``hysteresis`` (a
-            one-worker step back held by the `Autoscaler`).
+            one-worker step back held by the `Autoscaler`), ``converging`` (in band,
+            but more than 15 % away from an equal share: moved to it).
     """
 
     size: int
@@ -268,6 +272,13 @@ class Autoscaler:
         )
         current = self._pool.capacity
         decision = decide_pool_size(current, signals, tuning)
+        if decision.reason == "in_band" and processes is not None and processes > 1:
+            # In band nothing else would pull the shares together: a split that
+            # drifted apart during a transient would be held for good.
+            share = workers / processes
+            if abs(current - share) > max(1.0, _SHARE_SLACK * share):
+                size = max(tuning.min_workers, min(tuning.max_workers, _round_half_away(share)))
+                decision = Decision(size, "converging")
         self.last_decision = decision
         direction = (decision.size > current) - (decision.size < current)
         if direction == 0:

@@ -2,8 +2,9 @@
 
 Two and three simulated processes share one queue, each with its own real
 `Autoscaler`, seeing the others' sizes as published after their last resize. Each aims
-at an equal share, so the split cannot drift (it drifted to 3 + 19 and 9 + 99 when
-each scaled its current share). The monitor test checks the republication itself.
+at an equal share when it resizes, and moves to it when in band but more than 15 %
+away, so the split cannot drift (it drifted to 3 + 19 and 9 + 99 when each scaled its
+current share). The monitor test checks the republication itself.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from ..support import make
 from .figures import STEADY, TUNING
 from .simulation import Run, simulate
 
-# Largest ratio of the largest to the smallest process, settled: at all times, and for
-# 95 % of the decisions. Measured: 1.24-1.35 and at most 2.11 (three processes of about
-# 13 workers, one a decision behind the others).
-MAX_RATIO = 2.5
-P95_RATIO = 1.5
+# Largest ratio of the largest to the smallest process, settled (from a minute into a
+# phase): at all times, and for 95 % of the decisions. Measured over seeds 0-4, steady:
+# two processes 1.20-1.35 (p95 1.15-1.22), three 1.40-1.50 (p95 1.25-1.33); three
+# processes have about 13 workers each, so one worker is 8 %. Before the in-band
+# convergence step three processes reached 2.11 (p95 2.00).
+MAX_RATIO = 1.6
+P95_RATIO = 1.4
 
 
 def _ratios(run: Run, start: str, end: str) -> list[float]:
@@ -35,7 +38,7 @@ def _ratios(run: Run, start: str, end: str) -> list[float]:
 
 
 @pytest.mark.parametrize("processes", [2, 3])
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(5))
 def test_processes_share_the_load_within_a_stated_ratio(processes: int, seed: int) -> None:
     run = simulate(STEADY, TUNING, seed=seed, processes=processes)
 
@@ -75,3 +78,28 @@ async def test_the_monitor_republishes_its_size_after_a_resize() -> None:
     assert pool.capacity > 5  # 1000 waiting, 0.5 s each: it grew
     published = {info.instance: info.workers for info in await queue.live_workers()}
     assert published == {"me": pool.capacity}
+
+
+@pytest.mark.parametrize(
+    ("current", "size", "reason"),
+    [
+        (30, 20, "converging"),  # in band, 50 % above its equal share of 20
+        (23, 23, "in_band"),  # 15 % above: within the slack, held
+        (24, 20, "converging"),  # 20 % above
+        (10, 20, "converging"),  # below its share: grows to it
+    ],
+)
+def test_a_process_in_band_moves_to_its_equal_share_when_far_from_it(
+    current: int, size: int, reason: str
+) -> None:
+    clock = FakeClock()
+    pool = WorkerPool(current)
+    tuning = TuningConfig(
+        min_workers=1, max_workers=100, desired_wait_seconds=2, wait_tolerance_seconds=0.5
+    )
+    scaler = Autoscaler(pool, tuning, clock=clock)
+
+    # 60 workers in three processes, 0.5 s tasks, 240 waiting: a 2 s wait, in band.
+    decision = scaler.apply(backlog=240, workers=60, busy=60, average_seconds=0.5, processes=3)
+
+    assert (decision.size, decision.reason, pool.capacity) == (size, reason, size)
