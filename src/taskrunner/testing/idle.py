@@ -1,0 +1,261 @@
+"""Run an app's tasks on a memory queue until nothing is left to do.
+
+`run_until_idle` is the one call a unit test of task code needs: it runs a real
+`Runner` (retries, backoff, delays, results: the same code paths as production) on a
+fake clock that jumps by itself, and with ``fail_fast`` turns the first task failure
+into the test's own exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from taskrunner.app import App, Task
+from taskrunner.attempts import Attempt, Outcome
+from taskrunner.backends import connect
+from taskrunner.config import RunnerConfig
+from taskrunner.queue import Queue, results_of
+from taskrunner.results import decode_result, result_value
+from taskrunner.runner import Runner
+from taskrunner.testing.clock import FakeClock
+
+__all__ = ["IdleTimeoutError", "RunRecord", "TaskRun", "run_until_idle"]
+
+# Long fake intervals for the runner's own loops: every timer the runner sets is a
+# point autojump stops at, so fewer ticks make simulated hours cost less real time.
+# Lease, drain and heartbeat are irrelevant on one in-process worker.
+_DEFAULTS: dict[str, Any] = {
+    "num_workers": 10,
+    "block_seconds": 60.0,
+    "lease_seconds": 3600.0,
+    "monitor_interval_seconds": 3600.0,
+    "drain_timeout_seconds": 0.0,
+}
+
+# Outcomes after which the message will not run again.
+_FINAL_FAILURES = frozenset({Outcome.DEAD_LETTERED, Outcome.HANDLED})
+
+
+class IdleTimeoutError(AssertionError):
+    """`run_until_idle` did not reach idle within its (real-time) timeout.
+
+    Attributes:
+        pending: What was still to do, one line per kind (ready, delayed, running).
+    """
+
+    def __init__(self, message: str, *, pending: Sequence[str]) -> None:
+        super().__init__(message)
+        self.pending = list(pending)
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """One attempt of one task, as the run saw it.
+
+    Attributes:
+        task: The task name (None for a body that was not a readable envelope).
+        message_id: The backend's message id (the same for every attempt of it).
+        attempt: 1 for the first delivery, 2 for the first retry, and so on.
+        outcome: How the attempt ended (``succeeded``, ``retried``, ``dead_lettered``...).
+        error: The attempt's exception, None on success.
+        fake_time: The clock's `monotonic` reading when the attempt ended.
+    """
+
+    task: str | None
+    message_id: str
+    attempt: int
+    outcome: Outcome | None
+    error: BaseException | None
+    fake_time: float
+
+
+@dataclass
+class RunRecord:
+    """What `run_until_idle` ran, in the order attempts finished.
+
+    Attributes:
+        runs: Every attempt.
+        results: Stored results by message id (for tasks with ``store_result``).
+        fake_seconds: Fake time that passed during the run.
+    """
+
+    runs: list[TaskRun] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+    fake_seconds: float = 0.0
+
+    def of(self, task: Task[Any] | str) -> list[TaskRun]:
+        """The attempts of `task` (a task, or its registered name)."""
+        name = task if isinstance(task, str) else task.name
+        return [run for run in self.runs if run.task == name]
+
+    @property
+    def succeeded(self) -> list[TaskRun]:
+        """The attempts that succeeded."""
+        return [run for run in self.runs if run.outcome is Outcome.SUCCEEDED]
+
+
+class _Recorder:
+    """An attempt observer that keeps every attempt and the first final failure."""
+
+    def __init__(self, clock: FakeClock, record: RunRecord, *, fail_fast: bool) -> None:
+        self._clock = clock
+        self._record = record
+        self._fail_fast = fail_fast
+        self.failure: BaseException | None = None
+        self.failed = asyncio.Event()
+
+    def attempt_started(self, attempt: Attempt) -> object:
+        return None
+
+    def attempt_finished(self, attempt: Attempt, token: object) -> None:
+        self._record.runs.append(
+            TaskRun(
+                task=attempt.task,
+                message_id=attempt.message_id,
+                attempt=attempt.delivery_count,
+                outcome=attempt.outcome,
+                error=attempt.error,
+                fake_time=self._clock.monotonic(),
+            )
+        )
+        final = attempt.outcome in _FINAL_FAILURES
+        if self._fail_fast and final and self.failure is None and attempt.error is not None:
+            self.failure = attempt.error
+            self.failed.set()
+
+
+async def run_until_idle(
+    app: App,
+    queue: Queue | None = None,
+    *,
+    clock: FakeClock | None = None,
+    fail_fast: bool = True,
+    timeout: float = 10.0,  # noqa: ASYNC109 - real time, by design: see Raises
+    config: RunnerConfig | None = None,
+) -> RunRecord:
+    """Run `app`'s tasks from `queue` until nothing is ready, delayed, in flight or running.
+
+    Time is simulated: the clock jumps to each next timer whenever the event loop is
+    idle, so retries with backoff and delayed messages run at once in real time (a
+    delay of a fake hour costs a few hundred timer jumps). Each call runs one fresh
+    `Runner` and stops it before returning.
+
+    Guarantees:
+
+    * Returns only when the queue has no ready, delayed or in-flight message and no
+      task (coroutine or a plain ``def`` task's thread) is running.
+    * With `fail_fast`, the first message whose last attempt failed (dead-lettered or
+      handed to the failed-task handler) stops the run and its exception is raised:
+      the task's own exception object, with the task's frames in its traceback.
+      Attempts that are retried do not stop the run.
+    * Never hangs: `timeout` is real (wall) seconds; past it, `IdleTimeoutError` says
+      what was still pending.
+
+    Args:
+        app: The tasks to run.
+        queue: The queue to run from; its clock must be `clock`. None: a fresh memory
+            queue on a fresh clock (useful after dispatching onto the same queue is
+            not needed; usually pass the queue your code dispatched onto).
+        clock: The queue's `FakeClock`; it must have ``autojump=True``. None: a new
+            one (only valid with ``queue=None``).
+        fail_fast: Raise the first final task failure.
+        timeout: Real seconds before giving up.
+        config: Runner settings; unset fields that matter for speed (block, lease and
+            monitor intervals) get long defaults suited to fake time.
+
+    Returns:
+        The attempts that ran, results stored for them, and the fake time taken.
+
+    Raises:
+        BaseException: With `fail_fast`, the failing task's exception.
+        IdleTimeoutError: Not idle within `timeout` real seconds.
+        ValueError: A queue without its clock, or a clock without autojump.
+    """
+    if clock is None:
+        if queue is not None:
+            raise ValueError("run_until_idle(queue=...) needs clock=: the FakeClock of that queue")
+        clock = FakeClock(autojump=True)
+    if not clock.autojump:
+        raise ValueError("run_until_idle needs a FakeClock(autojump=True)")
+    if queue is None:
+        url = f"memory://run-until-idle-{secrets.token_hex(8)}"
+        queue = await connect(url, app.queue, clock=clock)
+    record = RunRecord()
+    recorder = _Recorder(clock, record, fail_fast=fail_fast)
+    base = config if config is not None else RunnerConfig(**_DEFAULTS)
+    runner = Runner(queue, app, replace(base, observers=(*base.observers, recorder)), clock=clock)
+    release = clock.hold_while(lambda: bool(runner.threads_running))
+    started = clock.monotonic()
+    run = asyncio.create_task(runner.run(), name="taskrunner:run_until_idle")
+    try:
+        try:
+            async with asyncio.timeout(timeout):
+                await runner.wait_ready()
+                await _wait_until_done(queue, runner, clock, recorder, run)
+                # Before the stop: shutting down waits out the fetcher's receive.
+                record.fake_seconds = clock.monotonic() - started
+        except TimeoutError:
+            pending = await _pending(queue, runner)
+            raise IdleTimeoutError(
+                f"not idle after {timeout:g} real seconds ({clock.monotonic() - started:g} "
+                f"fake): {'; '.join(pending) or 'nothing visible pending'}",
+                pending=pending,
+            ) from None
+    finally:
+        release()
+        if not run.done():
+            runner.stop()
+            runner.stop()
+        # Not gather(return_exceptions=True): a runner crash must reach the test.
+        await run
+    await _collect_results(app, queue, record)
+    if recorder.failure is not None:
+        raise recorder.failure
+    return record
+
+
+async def _wait_until_done(
+    queue: Queue,
+    runner: Runner,
+    clock: FakeClock,
+    recorder: _Recorder,
+    run: asyncio.Task[None],
+) -> None:
+    while not recorder.failed.is_set() and not run.done():
+        await clock.wait_idle()
+        if runner.threads_running or runner.stats().in_flight:
+            continue
+        stats = await queue.stats()
+        if stats.ready == 0 and stats.in_flight == 0 and stats.delayed == 0:
+            return
+
+
+async def _pending(queue: Queue, runner: Runner) -> list[str]:
+    stats = await queue.stats()
+    lines = [
+        f"{count} {what}"
+        for count, what in (
+            (stats.ready, "ready"),
+            (stats.delayed, "delayed"),
+            (stats.in_flight, "in flight"),
+        )
+        if count
+    ]
+    threads = runner.threads_running
+    if threads:
+        lines.append(f"threads still running: {', '.join(threads)}")
+    return lines
+
+
+async def _collect_results(app: App, queue: Queue, record: RunRecord) -> None:
+    store = results_of(queue)
+    ids = sorted({run.message_id for run in record.succeeded})
+    if store is None or not ids:
+        return
+    for message_id, body in zip(ids, await store.get_results(ids), strict=True):
+        if body is not None:
+            record.results[message_id] = result_value(message_id, decode_result(body), app.tasks)
