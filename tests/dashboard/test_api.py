@@ -8,8 +8,9 @@ import time
 import pytest
 
 from taskrunner.app import App
-from taskrunner.dashboard import Dashboard, Guard
-from taskrunner.dashboard.data import PAGE_SIZE
+from taskrunner.dashboard import Dashboard, Guard, QueueSet
+from taskrunner.dashboard.data import PAGE_SIZE, WORKERS_SHOWN
+from taskrunner.errors import BackendUnavailableError
 from taskrunner.producer import Producer
 from taskrunner.queue import Queue, WorkerInfo
 from taskrunner_backends.memory import open_from_url
@@ -291,3 +292,53 @@ def test_generated_tokens_differ_and_derive_distinct_values() -> None:
     assert one.csrf != one.session
     assert not one.csrf_matches(two.csrf)
     assert not one.signed_in(two.session)
+
+
+async def test_workers_are_capped_and_the_page_says_so() -> None:
+    url = memory_url()
+    queue = await open_from_url(url, queue_name="jobs")
+    registry = queue.worker_registry
+    now = time.time()
+    for i in range(WORKERS_SHOWN + 1):
+        info = WorkerInfo(instance=f"h{i:03}", workers=1, busy=0, average_seconds=None, seen_at=now)
+        await registry.publish_worker(info, ttl_seconds=60)
+    board = dashboard(url, ["jobs"])
+    async with client(board) as http:
+        body = (await http.get("/api/overview")).json()
+        page = await http.get("/")
+    await board.queues.aclose()
+
+    assert len(body["workers"]) == WORKERS_SHOWN
+    assert body["workers_total"] == WORKERS_SHOWN + 1
+    assert f"(the first {WORKERS_SHOWN} shown)" in page.text
+
+
+class _Unreachable:
+    async def stats(self) -> None:
+        raise BackendUnavailableError("connection refused (simulated)")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_failing_queue_shows_its_error_and_the_others_still_show() -> None:
+    url = memory_url()
+    good = await open_from_url(url, queue_name="good")
+    await good.add([b"x"])
+
+    async def opener(name: str) -> Queue:
+        if name == "bad":
+            broken: Queue = _Unreachable()  # type: ignore[assignment]
+            return broken
+        return await open_from_url(url, queue_name=name)
+
+    board = Dashboard(queues=QueueSet(["bad", "good"], opener), url="memory://")
+    async with client(board) as http:
+        rows = (await http.get("/api/queues")).json()["queues"]
+        page = await http.get("/queues/bad")
+    await board.queues.aclose()
+
+    assert rows[0]["name"] == "bad"
+    assert "connection refused (simulated)" in rows[0]["error"]
+    assert (rows[1]["name"], rows[1]["ready"], rows[1]["error"]) == ("good", 1, None)
+    assert page.status_code == 502
