@@ -96,3 +96,14 @@ def soak(session: nox.Session) -> None:
     """
     install(session, "test")
     session.run("python", "-m", "tests.soak", *session.posargs)
+
+
+@nox.session(name="tuning-sim")
+def tuning_sim(session: nox.Session) -> None:
+    """Tuning mode under noise over 20 seeds (bench/tuning_sim.py); about 70 s.
+
+    Not a default session: the test run covers 5 seeds. Arguments go to the script
+    (--seeds, --svg; the default rewrites docs/images/tuning-noise.svg from seed 0).
+    """
+    install(session, "test")
+    session.run("python", "bench/tuning_sim.py", "--seeds", "20", *session.posargs)
