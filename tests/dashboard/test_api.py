@@ -12,7 +12,8 @@ from taskrunner.dashboard import Dashboard, Guard, QueueSet
 from taskrunner.dashboard.data import PAGE_SIZE, WORKERS_SHOWN
 from taskrunner.errors import BackendUnavailableError
 from taskrunner.producer import Producer
-from taskrunner.queue import Queue, WorkerInfo
+from taskrunner.queue import Queue, WorkerInfo, leadership_of
+from taskrunner.scheduler import ELECTION
 from taskrunner_backends.memory import open_from_url
 from tests.dashboard.support import TOKEN, client, dashboard, memory_url
 
@@ -342,3 +343,50 @@ async def test_a_failing_queue_shows_its_error_and_the_others_still_show() -> No
     assert "connection refused (simulated)" in rows[0]["error"]
     assert (rows[1]["name"], rows[1]["ready"], rows[1]["error"]) == ("good", 1, None)
     assert page.status_code == 502
+
+
+async def test_schedules_show_last_fire_from_the_backend_and_next_fire() -> None:
+    url = memory_url()
+    app = App("jobs")
+
+    @app.task(name="t.tick")
+    def tick() -> None: ...
+
+    app.schedule("every-minute", tick, every=60)
+    app.schedule("<b>hourly</b>", tick, cron="0 * * * *")
+    queue = await open_from_url(url, queue_name="jobs")
+    leadership = leadership_of(queue)
+    assert leadership is not None
+    lease = await leadership.acquire_leadership(ELECTION, "me", ttl_seconds=30)
+    assert lease is not None
+    board = dashboard(url, ["jobs"])
+    board.app = app
+    async with client(board) as http:
+        before = (await http.get("/api/schedules")).json()
+        fired = await leadership.fire(
+            election=ELECTION, token=lease.token, schedule="every-minute", instant=600.0, body=b"x"
+        )
+        after = (await http.get("/api/schedules")).json()
+        page = await http.get("/schedules")
+    await board.queues.aclose()
+
+    assert before["leadership"] is True
+    assert {s["name"]: s["last_fired"] for s in before["schedules"]}["every-minute"] is None
+    assert fired is not None
+    assert after["leader"] == "me"
+    by_name = {s["name"]: s for s in after["schedules"]}
+    assert by_name["every-minute"]["last_fired"] == 600.0
+    assert by_name["every-minute"]["next"] > time.time() - 1
+    assert by_name["every-minute"]["next"] % 60 == 0
+    assert "&lt;b&gt;hourly&lt;/b&gt;" in page.text
+
+
+async def test_without_an_app_there_are_no_schedules() -> None:
+    board = dashboard(memory_url(), ["jobs"])
+    async with client(board) as http:
+        body = (await http.get("/api/schedules")).json()
+        page = await http.get("/")
+    await board.queues.aclose()
+
+    assert body == {"schedules": [], "leadership": False, "leader": None}
+    assert 'href="/schedules"' not in page.text
