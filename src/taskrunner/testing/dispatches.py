@@ -51,10 +51,10 @@ class DispatchRecord:
 def _record(body: bytes, added: Added | str, request: AddRequest | None) -> DispatchRecord:
     envelope = decode_envelope(body)
     delay = 0.0
-    if envelope.due_at is not None:
-        delay = max(0.0, envelope.due_at - envelope.enqueued_at)
-    elif request is not None:
+    if request is not None and request.due_at is None:
         delay = request.delay_seconds
+    elif envelope.due_at is not None:
+        delay = max(0.0, envelope.due_at - envelope.enqueued_at)
     message_id = added if isinstance(added, str) else added.message_id
     return DispatchRecord(
         task=envelope.task,
