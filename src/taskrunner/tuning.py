@@ -5,7 +5,8 @@ before a worker starts it: average task duration x ready backlog / workers servi
 queue (across every process, from the backend's worker registry). The controller keeps
 it inside ``desired_wait_seconds ± wait_tolerance_seconds``:
 
-* inside the band nothing changes;
+* inside the band nothing changes (but see `Autoscaler`: a process far from its equal
+  share moves to it);
 * outside it, the pool moves toward the band. The target is the size that serves the
   arrival rate and brings the backlog to the near edge of the band within a horizon of
   four desired waits: ``d x λ + d x (backlog - edge x λ) / horizon``, where ``d`` is the
