@@ -202,7 +202,8 @@ def shots(tmp_path: Path) -> Path:
     return directory
 
 
-def test_the_dashboard_in_a_browser(live: LiveDashboard, browser: object, shots: Path) -> None:
+# The browser first: without one the test skips before the dashboard is started.
+def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.remote.webdriver import WebDriver
