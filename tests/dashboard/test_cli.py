@@ -143,6 +143,11 @@ def test_a_short_token_is_a_usage_error(
     assert "at least 16 characters" in capsys.readouterr().err
 
 
+def test_a_bad_queue_name_is_a_usage_error_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboard", "--port", "0", "--queue", "ok", "--queue", "<b>/x"]) == 2
+    assert "queue name '<b>/x' must be" in capsys.readouterr().err
+
+
 def test_a_bad_port_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dashboard", "--port", "65536"]) == 2
     assert "port must be 0-65535" in capsys.readouterr().err

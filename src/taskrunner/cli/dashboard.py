@@ -12,6 +12,7 @@ import asyncio
 import os
 from typing import Any
 
+from taskrunner.app import App
 from taskrunner.cli.app import load_app
 from taskrunner.cli.common import (
     DEFAULT_QUEUE,
@@ -137,6 +138,8 @@ async def run_dashboard(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(str(exc)) from None
     app = None if settings.app is None else load_app(settings.app, where=settings.source_of("app"))
     names: list[str] = args.queue or [app.queue if app is not None else DEFAULT_QUEUE]
+    for name in names:
+        App(name)  # the App's rule for queue names, so a bad --queue fails here, named
     board = package.build.build_dashboard(settings.url, names, app=app, guard=dashboard_guard(args))
     server = package.server.Server(board, host=addr, port=args.port)
     await serve_until_signal(server, addr, settings.url)
