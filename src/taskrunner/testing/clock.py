@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import types
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -50,6 +51,10 @@ _QUIET_ROUNDS = 2
 _BUSY_RECHECK_SECONDS = 0.001
 
 
+_COROUTINE = types.CoroutineType
+_GENERATOR = types.GeneratorType
+
+
 def _loop_signature(exclude: asyncio.Task[object] | None) -> Hashable:
     """Where every task of the running loop is suspended, as a comparable value.
 
@@ -63,17 +68,16 @@ def _loop_signature(exclude: asyncio.Task[object] | None) -> Hashable:
         where = [id(task)]
         coro: Any = task.get_coro()
         while coro is not None:
-            try:
-                frame, awaited = coro.cr_frame, coro.cr_await
-            except AttributeError:
-                try:  # a generator-based awaitable
-                    frame, awaited = coro.gi_frame, coro.gi_yieldfrom
-                except AttributeError:  # a Future: the end of the chain
-                    break
+            kind = type(coro)
+            if kind is _COROUTINE:
+                frame, coro = coro.cr_frame, coro.cr_await
+            elif kind is _GENERATOR:  # a generator-based awaitable (asyncio.sleep(0))
+                frame, coro = coro.gi_frame, coro.gi_yieldfrom
+            else:  # a future's iterator: the end of the chain
+                break
             if frame is None:
                 break
             where.append(frame.f_lasti)
-            coro = awaited
         marks.add(tuple(where))
     return frozenset(marks)
 

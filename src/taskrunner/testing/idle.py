@@ -30,7 +30,7 @@ __all__ = ["IdleTimeoutError", "RunRecord", "TaskRun", "run_until_idle"]
 # Lease, drain and heartbeat are irrelevant on one in-process worker.
 _DEFAULTS: dict[str, Any] = {
     "num_workers": 10,
-    "block_seconds": 60.0,
+    "block_seconds": 3600.0,
     "lease_seconds": 3600.0,
     "monitor_interval_seconds": 3600.0,
     "drain_timeout_seconds": 0.0,
@@ -195,7 +195,7 @@ async def run_until_idle(
         try:
             async with asyncio.timeout(timeout):
                 await runner.wait_ready()
-                await _wait_until_done(queue, runner, clock, recorder, run)
+                await _wait_until_done(app, record, queue, runner, clock, recorder, run)
                 # Before the stop: shutting down waits out the fetcher's receive.
                 record.fake_seconds = clock.monotonic() - started
         except TimeoutError:
@@ -219,6 +219,8 @@ async def run_until_idle(
 
 
 async def _wait_until_done(
+    app: App,
+    record: RunRecord,
     queue: Queue,
     runner: Runner,
     clock: FakeClock,
@@ -227,6 +229,8 @@ async def _wait_until_done(
 ) -> None:
     while not recorder.failed.is_set() and not run.done():
         await clock.wait_idle()
+        # Now, not at the end: a result may expire in the fake time still to pass.
+        await _collect_results(app, queue, record)
         if runner.threads_running or runner.stats().in_flight:
             continue
         stats = await queue.stats()
@@ -253,7 +257,7 @@ async def _pending(queue: Queue, runner: Runner) -> list[str]:
 
 async def _collect_results(app: App, queue: Queue, record: RunRecord) -> None:
     store = results_of(queue)
-    ids = sorted({run.message_id for run in record.succeeded})
+    ids = sorted({run.message_id for run in record.succeeded} - set(record.results))
     if store is None or not ids:
         return
     for message_id, body in zip(ids, await store.get_results(ids), strict=True):
