@@ -390,3 +390,25 @@ async def test_without_an_app_there_are_no_schedules() -> None:
 
     assert body == {"schedules": [], "leadership": False, "leader": None}
     assert 'href="/schedules"' not in page.text
+
+
+@pytest.mark.parametrize("host", ["evil.example", "127.0.0.1.evil.example", "10.0.0.5:8181"])
+async def test_a_loopback_dashboard_refuses_other_host_names(host: str) -> None:
+    board = dashboard(memory_url(), ["a"])
+    async with client(board) as http:
+        refused = await http.get("/api/queues", headers={"Host": host})
+        served = await http.get("/api/queues", headers={"Host": "localhost:8181"})
+    await board.queues.aclose()
+
+    assert refused.status_code == 400
+    assert served.status_code == 200
+
+
+async def test_without_a_host_list_any_host_is_served() -> None:
+    board = dashboard(memory_url(), ["a"])
+    board.allowed_hosts = None
+    async with client(board) as http:
+        served = await http.get("/api/queues", headers={"Host": "dash.internal"})
+    await board.queues.aclose()
+
+    assert served.status_code == 200

@@ -140,7 +140,13 @@ async def run_dashboard(args: argparse.Namespace, settings: Settings) -> int:
     names: list[str] = args.queue or [app.queue if app is not None else DEFAULT_QUEUE]
     for name in names:
         App(name)  # the App's rule for queue names, so a bad --queue fails here, named
-    board = package.build.build_dashboard(settings.url, names, app=app, guard=dashboard_guard(args))
+    board = package.build.build_dashboard(
+        settings.url,
+        names,
+        app=app,
+        guard=dashboard_guard(args),
+        loopback_only=not args.allow_remote,
+    )
     server = package.server.Server(board, host=addr, port=args.port)
     await serve_until_signal(server, addr, settings.url)
     return EXIT_OK

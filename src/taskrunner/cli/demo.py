@@ -104,6 +104,7 @@ async def _demo_with_dashboard(args: argparse.Namespace, settings: Settings) -> 
         [],
         guard=dashboard.dashboard_guard(args),
         completed_source=lambda: sum(r.stats().succeeded for r in runners),
+        loopback_only=not args.allow_remote,
     )
 
     def on_runner(runner: Runner) -> None:

@@ -8,7 +8,7 @@ from taskrunner.app import App
 from taskrunner.backends import connect
 from taskrunner.dashboard.data import QueueSet, Sampler
 from taskrunner.dashboard.security import Guard
-from taskrunner.dashboard.web import Dashboard
+from taskrunner.dashboard.web import LOOPBACK_HOSTS, Dashboard
 from taskrunner.queue import Queue
 from taskrunner.redaction import mask_url
 
@@ -22,10 +22,12 @@ def build_dashboard(
     app: App | None = None,
     guard: Guard | None = None,
     completed_source: Callable[[], int] | None = None,
+    loopback_only: bool = True,
 ) -> Dashboard:
     """A dashboard of queues `names` on `url`, its URL masked for display.
 
-    Queues are opened on first view and closed when the server stops.
+    Queues are opened on first view and closed when the server stops. With
+    `loopback_only` it answers only requests addressed to a loopback host name.
     """
 
     async def opener(name: str) -> Queue:
@@ -37,4 +39,5 @@ def build_dashboard(
         app=app,
         guard=guard,
         sampler=Sampler(completed_source=completed_source),
+        allowed_hosts=LOOPBACK_HOSTS if loopback_only else None,
     )

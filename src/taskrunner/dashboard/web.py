@@ -18,6 +18,8 @@ from typing import Any
 import jinja2
 import msgspec
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -44,9 +46,11 @@ from taskrunner.producer import Producer
 from taskrunner.queue import leadership_of
 from taskrunner.scheduler import ELECTION
 
-__all__ = ["REFRESH_SECONDS", "Dashboard", "create_app"]
+__all__ = ["LOOPBACK_HOSTS", "REFRESH_SECONDS", "Dashboard", "create_app"]
 
 REFRESH_SECONDS = 2.0
+# Host header values of a dashboard bound to a loopback address.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 # Consumers listed on a queue page.
 CONSUMERS_SHOWN = 100
 _HERE = Path(__file__).parent
@@ -64,6 +68,9 @@ class Dashboard:
             and every action request is refused).
         sampler: The throughput samples.
         clock: Wall time of ages.
+        allowed_hosts: Host header values served (None: any). A loopback dashboard
+            lists only loopback names, so a page of another site that rebinds its DNS
+            name to 127.0.0.1 cannot read it.
     """
 
     queues: QueueSet
@@ -72,6 +79,7 @@ class Dashboard:
     guard: Guard | None = None
     sampler: Sampler = field(default_factory=Sampler)
     clock: Clock = field(default_factory=SystemClock)
+    allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
 
 
 class _BadRequestError(Exception):
@@ -438,4 +446,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
         Route("/api/schedules", api_schedules),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    middleware = []
+    if d.allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(d.allowed_hosts)))
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
