@@ -2,13 +2,18 @@
 
 One mypy run on copies with the ``# type: ignore[code]`` comments stripped: the
 reported (line, code) pairs must equal the commented ones, and nothing else may be
-reported (an `assert_type` mismatch is an error on a line without a comment). About
+reported (an `assert_type` mismatch is an error on a line without a comment). pyright,
+when installed, must report errors on exactly the same lines. About
 About 2.5 s on this machine, cold cache (mypy reads taskrunner and msgspec).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,4 +71,29 @@ def test_mypy_reports_exactly_the_expected_errors(tmp_path: Path) -> None:
             got[Path(match["file"]).name].add((int(match["line"]), match["code"]))
         else:
             assert ": note: " in line, f"unexpected mypy output: {line}"
+    assert got == want
+
+
+@pytest.mark.skipif(shutil.which("pyright") is None, reason="pyright is not installed")
+def test_pyright_reports_errors_on_exactly_the_expected_lines(tmp_path: Path) -> None:
+    """pyright's rule names differ from mypy's codes: only the lines are compared."""
+    want: set[tuple[str, int]] = set()
+    for case in CASES:
+        text, marks = expected(case)
+        (tmp_path / case.name).write_text(text)
+        want |= {(case.name, line) for line, _ in marks}
+    done = subprocess.run(
+        ["pyright", "--pythonpath", sys.executable, "--outputjson", *(c.name for c in CASES)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    report = json.loads(done.stdout)
+    got = {
+        (Path(d["file"]).name, d["range"]["start"]["line"] + 1)
+        for d in report["generalDiagnostics"]
+        if d["severity"] == "error"
+    }
     assert got == want
