@@ -412,3 +412,24 @@ async def test_without_a_host_list_any_host_is_served() -> None:
     await board.queues.aclose()
 
     assert served.status_code == 200
+
+
+async def test_a_name_filter_pages_the_matching_queues_and_stats_only_those() -> None:
+    names = [f"emails-{i:03}" for i in range(60)] + [f"images-{i:03}" for i in range(60)]
+    counts: dict[str, int] = {}
+    board = dashboard(memory_url(), names, counts=counts)
+    async with client(board) as http:
+        first = (await http.get("/api/queues?filter=IMAGES")).json()
+        assert counts == dict.fromkeys(names[60:110], 1)
+        counts.clear()
+        second = (await http.get("/api/queues?filter=images&page=2")).json()
+        none = (await http.get("/api/queues?filter=%3Cscript%3E")).json()
+        page = await http.get("/?filter=%3Cscript%3E")
+    await board.queues.aclose()
+
+    assert (first["total_queues"], first["pages"]) == (60, 2)
+    assert [q["name"] for q in second["queues"]] == names[110:]
+    assert counts == dict.fromkeys(names[110:], 1)
+    assert (none["total_queues"], none["queues"]) == (0, [])
+    assert "<script>" not in page.text
+    assert 'value="&lt;script&gt;"' in page.text

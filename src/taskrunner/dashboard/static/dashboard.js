@@ -4,6 +4,7 @@
   "use strict";
   var script = document.getElementById("dashboard-script");
   var page = script.dataset.page;
+  var filter = script.dataset.filter || "";
   var every = Number(script.dataset.refreshMs) || 2000;
 
   function age(s) {
@@ -101,7 +102,8 @@
   }
 
   function refresh() {
-    fetch("/api/overview?page=" + encodeURIComponent(page), { headers: { Accept: "application/json" } })
+    var query = "?page=" + encodeURIComponent(page) + "&filter=" + encodeURIComponent(filter);
+    fetch("/api/overview" + query, { headers: { Accept: "application/json" } })
       .then(function (r) {
         if (!r.ok) throw new Error("HTTP " + r.status);
         return r.json();
