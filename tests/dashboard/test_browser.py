@@ -228,6 +228,8 @@ def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots:
     # The worker's process appears from the registry (it publishes every half second).
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#workers tbody tr"))
     assert "emails" in driver.find_element(By.CSS_SELECTOR, "#workers tbody tr").text
+    # Pool size 4, all 4 busy behind the gate, once the runner has published that.
+    wait.until(lambda _: cell("workers") == "4 (4)")
     driver.save_screenshot(str(shots / "dashboard-overview.png"))
 
     # The numbers change while the worker runs, without reloading the page.
