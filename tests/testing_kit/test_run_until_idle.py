@@ -46,6 +46,8 @@ async def test_runs_every_dispatched_task_and_what_they_dispatch() -> None:
     record = await run_until_idle(app, queue, clock=clock)
 
     assert sorted(seen) == ["place a", "place b", "ship a", "ship b"]
+    assert sorted(r.payload["sku"] for r in record.of(ship)) == ["a", "b"]
+    assert record.of(place)[0].payload in ({"sku": "a", "quantity": 1}, {"sku": "b", "quantity": 2})
     assert [r.task for r in record.succeeded].count(ship.name) == 2
     # The hour of delay passed in fake time only.
     assert record.fake_seconds >= 3600
@@ -91,6 +93,7 @@ async def test_without_fail_fast_the_record_shows_each_attempt() -> None:
     assert [r.attempt for r in runs] == [1, 2, 3, 4]
     assert [r.outcome for r in runs] == [Outcome.RETRIED] * 3 + [Outcome.DEAD_LETTERED]
     assert all(isinstance(r.error, RuntimeError) for r in runs)
+    assert all(r.payload is None for r in runs)
     # Equal jitter: retry n waits at least half of 60 * 2**(n-1), capped at 300.
     gaps = [b.fake_time - a.fake_time for a, b in itertools.pairwise(runs)]
     assert gaps[0] >= 30
@@ -193,3 +196,30 @@ async def test_a_queue_without_its_clock_is_refused() -> None:
         await run_until_idle(app, queue)
     with pytest.raises(ValueError, match="autojump"):
         await run_until_idle(app, queue, clock=FakeClock())
+
+
+async def test_a_body_that_is_not_an_envelope_is_dead_lettered_and_recorded() -> None:
+    app = App("kit")
+    clock, queue, _ = await fresh(app, "hostile")
+
+    @app.task
+    async def fine() -> None: ...
+
+    await queue.add([b"\xff not an envelope"])
+    record = await run_until_idle(app, queue, clock=clock, fail_fast=False)
+
+    (run,) = record.runs
+    assert (run.task, run.payload, run.outcome) == (None, None, Outcome.DEAD_LETTERED)
+    assert await queue.len() == 0
+
+
+async def test_fail_fast_fails_on_a_message_that_could_not_run() -> None:
+    app = App("kit")
+    clock, queue, _ = await fresh(app, "hostile-fail-fast")
+
+    @app.task
+    async def fine() -> None: ...
+
+    await queue.add([b'{"v":1,"id":"x","task":"nope","payload":null,"enqueued_at":0}'])
+    with pytest.raises(AssertionError, match=r"failed without running: .*nope"):
+        await run_until_idle(app, queue, clock=clock)

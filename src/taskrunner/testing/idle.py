@@ -12,13 +12,17 @@ import asyncio
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
+
+import msgspec
 
 from taskrunner.app import App, Task
 from taskrunner.attempts import Attempt, Outcome
 from taskrunner.backends import connect
+from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
-from taskrunner.queue import Queue, results_of
+from taskrunner.errors import DecodeError
+from taskrunner.queue import Delivery, Queue, results_of
 from taskrunner.results import decode_result, result_value
 from taskrunner.runner import Runner
 from taskrunner.testing.clock import FakeClock
@@ -59,6 +63,8 @@ class TaskRun:
     Attributes:
         task: The task name (None for a body that was not a readable envelope).
         message_id: The backend's message id (the same for every attempt of it).
+        payload: The payload as decoded JSON (a struct or dataclass arrives as a dict;
+            None for a task without one or a body that was not a readable envelope).
         attempt: 1 for the first delivery, 2 for the first retry, and so on.
         outcome: How the attempt ended (``succeeded``, ``retried``, ``dead_lettered``...).
         error: The attempt's exception, None on success.
@@ -67,6 +73,7 @@ class TaskRun:
 
     task: str | None
     message_id: str
+    payload: Any
     attempt: int
     outcome: Outcome | None
     error: BaseException | None
@@ -107,6 +114,8 @@ class _Recorder:
         self._fail_fast = fail_fast
         self.failure: BaseException | None = None
         self.failed = asyncio.Event()
+        # Filled by _Tap as messages are received, before their attempts start.
+        self.payloads: dict[str, Any] = {}
 
     def attempt_started(self, attempt: Attempt) -> object:
         return None
@@ -116,6 +125,7 @@ class _Recorder:
             TaskRun(
                 task=attempt.task,
                 message_id=attempt.message_id,
+                payload=self.payloads.get(attempt.message_id),
                 attempt=attempt.delivery_count,
                 outcome=attempt.outcome,
                 error=attempt.error,
@@ -123,9 +133,58 @@ class _Recorder:
             )
         )
         final = attempt.outcome in _FINAL_FAILURES
-        if self._fail_fast and final and self.failure is None and attempt.error is not None:
-            self.failure = attempt.error
+        if self._fail_fast and final and self.failure is None:
+            # No exception when the task never ran (a malformed body, an unknown task):
+            # the test still fails, with the reason the runner gave.
+            self.failure = attempt.error or AssertionError(
+                f"message {attempt.message_id} ({attempt.task or 'no readable task'}) "
+                f"failed without running: {attempt.description or attempt.outcome}"
+            )
             self.failed.set()
+
+
+class _Tap:
+    """Forwards everything to the queue; keeps each received message's payload.
+
+    The attempt observer is told the message id but not the body: the payload for the
+    record is read here, once per delivery, as the runner receives it.
+    """
+
+    def __init__(self, inner: Queue, payloads: dict[str, Any]) -> None:
+        self._inner = inner
+        self._payloads = payloads
+
+    async def receive(
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
+    ) -> list[Delivery]:
+        deliveries = await self._inner.receive(
+            consumer,
+            max_messages=max_messages,
+            wait_seconds=wait_seconds,
+            lease_seconds=lease_seconds,
+        )
+        self._keep(deliveries)
+        return deliveries
+
+    async def reclaim(
+        self, consumer: str, *, lease_seconds: float, max_messages: int
+    ) -> list[Delivery]:
+        deliveries = await self._inner.reclaim(
+            consumer, lease_seconds=lease_seconds, max_messages=max_messages
+        )
+        self._keep(deliveries)
+        return deliveries
+
+    def _keep(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            try:
+                payload = msgspec.json.decode(bytes(decode_envelope(delivery.body).payload))
+            except (DecodeError, msgspec.DecodeError):
+                payload = None  # the runner dead-letters it; the record says task None
+            self._payloads[delivery.message_id] = payload
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 async def run_until_idle(
@@ -150,7 +209,9 @@ async def run_until_idle(
       task (coroutine or a plain ``def`` task's thread) is running.
     * With `fail_fast`, the first message whose last attempt failed (dead-lettered or
       handed to the failed-task handler) stops the run and its exception is raised:
-      the task's own exception object, with the task's frames in its traceback.
+      the task's own exception object, with the task's frames in its traceback. A
+      message that failed without running (malformed, unknown task) raises an
+      `AssertionError` with the runner's reason.
       Attempts that are retried do not stop the run.
     * Never hangs: `timeout` is real (wall) seconds; past it, `IdleTimeoutError` says
       what was still pending.
@@ -187,7 +248,9 @@ async def run_until_idle(
     record = RunRecord()
     recorder = _Recorder(clock, record, fail_fast=fail_fast)
     base = config if config is not None else RunnerConfig(**_DEFAULTS)
-    runner = Runner(queue, app, replace(base, observers=(*base.observers, recorder)), clock=clock)
+    tapped = cast(Queue, _Tap(queue, recorder.payloads))
+    observing = replace(base, observers=(*base.observers, recorder))
+    runner = Runner(tapped, app, observing, clock=clock)
     release = clock.hold_while(lambda: bool(runner.threads_running))
     started = clock.monotonic()
     run = asyncio.create_task(runner.run(), name="taskrunner:run_until_idle")
