@@ -15,7 +15,7 @@ from taskrunner.producer import Producer
 from taskrunner.queue import Queue, WorkerInfo, leadership_of
 from taskrunner.scheduler import ELECTION
 from taskrunner_backends.memory import open_from_url
-from tests.dashboard.support import TOKEN, client, dashboard, memory_url
+from tests.dashboard.support import TOKEN, CountingQueue, client, dashboard, memory_url
 
 
 async def _dead_letter(queue: Queue, app: App, payload: object, *, reason: str) -> str:
@@ -433,3 +433,41 @@ async def test_a_name_filter_pages_the_matching_queues_and_stats_only_those() ->
     assert (none["total_queues"], none["queues"]) == (0, [])
     assert "<script>" not in page.text
     assert 'value="&lt;script&gt;"' in page.text
+
+
+async def test_handles_beyond_the_cap_are_closed_least_recently_used_first() -> None:
+    url = memory_url()
+    closed: list[str] = []
+
+    class Closing(CountingQueue):
+        async def aclose(self) -> None:
+            closed.append(self._name)
+            await self._inner.aclose()
+
+    async def opener(name: str) -> Queue:
+        wrapped: Queue = Closing(await open_from_url(url, queue_name=name), {}, name)
+        return wrapped
+
+    names = [f"q{i:03}" for i in range(3 * PAGE_SIZE)]
+    queues = QueueSet(names, opener, max_open=2 * PAGE_SIZE)
+    board = Dashboard(queues=queues, url="memory://")
+    async with client(board) as http:
+        await http.get("/api/queues?page=1")
+        await http.get("/api/queues?page=2")
+        assert closed == []
+        await http.get("/api/queues?page=1")  # page 1 is now the most recent
+        await http.get("/api/queues?page=3")
+        assert closed == names[PAGE_SIZE : 2 * PAGE_SIZE]  # page 2's handles
+        assert sorted(queues.open_names) == names[:PAGE_SIZE] + names[2 * PAGE_SIZE :]
+        again = (await http.get("/api/queues?page=2")).json()
+    await queues.aclose()
+
+    assert all(q["error"] is None for q in again["queues"])
+
+
+def test_a_cap_below_one_is_refused() -> None:
+    async def opener(name: str) -> Queue:
+        raise AssertionError("never opened")
+
+    with pytest.raises(ValueError, match="max_open must be >= 1, got 0"):
+        QueueSet(["a"], opener, max_open=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +25,7 @@ from taskrunner.tuning import predicted_wait
 
 __all__ = [
     "DEAD_LETTERS_SHOWN",
+    "MAX_OPEN",
     "PAGE_SIZE",
     "WORKERS_SHOWN",
     "DeadLetterView",
@@ -38,6 +39,8 @@ __all__ = [
 
 # Queues per overview page: only these are stat'ed on a refresh.
 PAGE_SIZE = 50
+# Queue handles kept open at once: four pages' worth.
+MAX_OPEN = 4 * PAGE_SIZE
 # Workers listed per page of the overview.
 WORKERS_SHOWN = 100
 # Dead letters read per queue page: the admin API lists the oldest N, never all.
@@ -57,17 +60,27 @@ def page_bounds(total: int, page: int, size: int) -> tuple[int, int, int]:
 
 
 class QueueSet:
-    """The queues the dashboard shows, each opened once and kept open until `aclose`.
+    """The queues the dashboard shows, opened on first use and kept open, up to a cap.
+
+    Each open handle may hold connections of its own (a Redis client per queue), so at
+    most `max_open` stay open: opening one more closes the least recently used. A
+    request still using an evicted handle sees its queue's error once (the next
+    refresh reopens it); with the default cap of four pages that takes more than
+    four tabs on different pages.
 
     Args:
         names: Queue names, shown in this order (duplicates dropped).
         opener: Opens one queue by name (``backends.connect`` bound to the URL).
+        max_open: Most handles open at once (>= 1).
     """
 
-    def __init__(self, names: Sequence[str], opener: Opener) -> None:
+    def __init__(self, names: Sequence[str], opener: Opener, *, max_open: int = MAX_OPEN) -> None:
+        if max_open < 1:
+            raise ValueError(f"max_open must be >= 1, got {max_open}")
         self.names = list(dict.fromkeys(names))
         self._opener = opener
-        self._open: dict[str, Queue] = {}
+        self._max_open = max_open
+        self._open: OrderedDict[str, Queue] = OrderedDict()
         self._lock = asyncio.Lock()
 
     def __contains__(self, name: object) -> bool:
@@ -83,13 +96,23 @@ class QueueSet:
             raise KeyError(name)
         async with self._lock:
             queue = self._open.get(name)
-            if queue is None:
-                queue = self._open[name] = await self._opener(name)
+            if queue is not None:
+                self._open.move_to_end(name)
+                return queue
+            while len(self._open) >= self._max_open:
+                _, oldest = self._open.popitem(last=False)
+                await oldest.aclose()
+            queue = self._open[name] = await self._opener(name)
             return queue
+
+    @property
+    def open_names(self) -> list[str]:
+        """Names of the open handles, least recently used first."""
+        return list(self._open)
 
     async def aclose(self) -> None:
         """Close every handle opened; idempotent."""
-        opened, self._open = list(self._open.values()), {}
+        opened, self._open = list(self._open.values()), OrderedDict()
         for queue in opened:
             await queue.aclose()
 
