@@ -115,3 +115,16 @@ async def test_settle_raises_on_a_task_that_never_stops_moving() -> None:
             await settle()
     finally:
         spinner.cancel()
+
+
+def test_an_autojump_clock_works_again_on_a_second_event_loop() -> None:
+    clock = FakeClock(autojump=True)
+
+    async def left_sleeping() -> None:
+        # Ends with a sleeper (and the idle check) still pending on this loop.
+        asyncio.get_running_loop().create_task(clock.sleep(10))
+        await asyncio.sleep(0)
+
+    asyncio.run(left_sleeping())
+    asyncio.run(asyncio.wait_for(clock.sleep(5), timeout=5))
+    assert clock.monotonic() == 5

@@ -137,6 +137,7 @@ class FakeClock:
         # Bumped on every sleep and wake-up: part of what "nothing changed" compares.
         self._activity = 0
         self._check: asyncio.Handle | None = None
+        self._check_loop: asyncio.AbstractEventLoop | None = None
         self._quiet = 0
         self._last: tuple[Hashable, int] | None = None
         self._idle_waiters: list[asyncio.Future[None]] = []
@@ -254,10 +255,16 @@ class FakeClock:
 
     def _watch(self) -> None:
         """Start the idle check (a chain of loop callbacks, not a task) if needed."""
-        if self.autojump and self._check is None:
+        if not self.autojump:
+            return
+        loop = asyncio.get_running_loop()
+        # A check left pending on a loop that has since closed (a clock reused across
+        # asyncio.run calls) will never run: start one on this loop.
+        if self._check is None or self._check_loop is not loop:
             self._quiet = 0
             self._last = None
-            self._check = asyncio.get_running_loop().call_soon(self._on_round)
+            self._check_loop = loop
+            self._check = loop.call_soon(self._on_round)
 
     def _on_round(self) -> None:
         self._check = None
