@@ -8,7 +8,7 @@ runs" is a fact the test causes, not a race it hopes to win.
 
 Without chromium and chromedriver the test skips, saying so; with
 ``TASKRUNNER_TEST_REQUIRE_BROWSER=1`` (set in .ci/run) it fails instead. Screenshots go to
-``TASKRUNNER_SCREENSHOT_DIR`` when set (``docs/images`` regenerates the docs'), else to
+``TASKRUNNER_TEST_SCREENSHOT_DIR`` when set (``docs/images`` regenerates the docs'), else to
 the test's tmp_path.
 """
 
@@ -196,7 +196,7 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
-    given = os.environ.get("TASKRUNNER_SCREENSHOT_DIR")
+    given = os.environ.get("TASKRUNNER_TEST_SCREENSHOT_DIR")
     directory = Path(given) if given else tmp_path
     directory.mkdir(parents=True, exist_ok=True)
     return directory
