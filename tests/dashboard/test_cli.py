@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,6 +21,7 @@ from taskrunner.cli import main
 pytestmark = pytest.mark.timeout(90)
 
 DEADLINE_SECONDS = 30
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Command:
@@ -32,6 +34,7 @@ class Command:
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, **(env or {})},
+            cwd=ROOT,
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
@@ -98,6 +101,21 @@ def test_dashboard_serves_masks_the_url_and_stops_on_sigint(commands: list[Comma
     assert "hunter2secret" not in "\n".join(command.seen)
     assert login.status_code == 403  # read-only without --allow-actions
     assert code == 0
+
+
+def test_an_app_gives_its_queue_and_schedules(commands: list[Command]) -> None:
+    command = Command("dashboard", "tests.dashboard.apps:app", "--port", "0")
+    commands.append(command)
+    base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
+    queues = httpx.get(f"{base}/api/queues", timeout=10).json()["queues"]
+    schedules = httpx.get(f"{base}/api/schedules", timeout=10).json()["schedules"]
+    page = httpx.get(f"{base}/", timeout=10).text
+    assert command.interrupt() == 0
+
+    assert [q["name"] for q in queues] == ["dash-app"]
+    assert [(s["name"], s["task"]) for s in schedules] == [("every-hour", "dash.tick")]
+    assert schedules[0]["next"] % 3600 == 0
+    assert 'href="/schedules"' in page
 
 
 def test_allow_actions_prints_a_generated_token(commands: list[Command]) -> None:
