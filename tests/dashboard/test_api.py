@@ -471,3 +471,22 @@ def test_a_cap_below_one_is_refused() -> None:
 
     with pytest.raises(ValueError, match="max_open must be >= 1, got 0"):
         QueueSet(["a"], opener, max_open=0)
+
+
+async def test_a_queue_that_cannot_be_opened_shows_its_error_on_its_row() -> None:
+    url = memory_url()
+
+    async def opener(name: str) -> Queue:
+        if name == "down":
+            raise BackendUnavailableError("server unreachable (simulated)")
+        return await open_from_url(url, queue_name=name)
+
+    board = Dashboard(queues=QueueSet(["down", "up"], opener), url="memory://")
+    async with client(board) as http:
+        response = await http.get("/api/overview")
+    await board.queues.aclose()
+
+    assert response.status_code == 200
+    down, up = response.json()["queues"]
+    assert "server unreachable (simulated)" in down["error"]
+    assert up["error"] is None

@@ -181,3 +181,8 @@ def test_demo_dashboard_shows_the_demo_queue_and_stays_up(commands: list[Command
     assert command.interrupt() == 0
 
     assert [q["name"] for q in body["queues"]] == [queue_name]
+
+
+def test_an_unknown_scheme_fails_at_start(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboard", "--port", "0", "--url", "nosuch://x"]) == 2
+    assert "nosuch" in capsys.readouterr().err

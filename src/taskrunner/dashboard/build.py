@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from taskrunner.app import App
-from taskrunner.backends import connect
+from taskrunner.backends import check_url, connect
 from taskrunner.dashboard.data import QueueSet, Sampler
 from taskrunner.dashboard.security import Guard
 from taskrunner.dashboard.web import LOOPBACK_HOSTS, Dashboard
@@ -28,7 +28,12 @@ def build_dashboard(
 
     Queues are opened on first view and closed when the server stops. With
     `loopback_only` it answers only requests addressed to a loopback host name.
+
+    Raises:
+        ConfigurationError: The URL is malformed or its scheme unknown (checked now,
+            not at the first page view).
     """
+    check_url(url)
 
     async def opener(name: str) -> Queue:
         return await connect(url, name)

@@ -31,6 +31,7 @@ __all__ = [
     "DeadLetterView",
     "QueueRow",
     "QueueSet",
+    "UnknownQueueError",
     "Sampler",
     "WorkerRow",
     "dead_letter_view",
@@ -57,6 +58,10 @@ def page_bounds(total: int, page: int, size: int) -> tuple[int, int, int]:
     page = min(max(page, 1), pages)
     start = (page - 1) * size
     return start, min(start + size, total), pages
+
+
+class UnknownQueueError(LookupError):
+    """A queue name that is not one of the dashboard's queues."""
 
 
 class QueueSet:
@@ -90,10 +95,11 @@ class QueueSet:
         """The open handle of `name` (opened on first use).
 
         Raises:
-            KeyError: `name` is not one of the dashboard's queues.
+            UnknownQueueError: `name` is not one of the dashboard's queues.
+            BackendError: The backend could not be reached to open it.
         """
         if name not in self.names:
-            raise KeyError(name)
+            raise UnknownQueueError(name)
         async with self._lock:
             queue = self._open.get(name)
             if queue is not None:

@@ -35,6 +35,7 @@ from taskrunner.dashboard.data import (
     QueueRow,
     QueueSet,
     Sampler,
+    UnknownQueueError,
     WorkerRow,
     dead_letter_view,
     page_bounds,
@@ -174,7 +175,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
                 response: Response = await handler(request)
             except _BadRequestError as exc:
                 return problem(request, 400, str(exc))
-            except KeyError as exc:
+            except UnknownQueueError as exc:
                 return problem(request, 404, f"no queue {exc.args[0]!r} on this dashboard")
             except BackendError as exc:
                 return problem(request, 502, f"backend error: {type(exc).__name__}: {exc}")
@@ -192,7 +193,13 @@ def create_app(dashboard: Dashboard) -> Starlette:
         rows: list[QueueRow] = []
         workers: list[WorkerRow] = []
         for name in names[start:stop]:
-            row, live, _ = await queue_row(name, await d.queues.get(name), now)
+            try:
+                queue = await d.queues.get(name)
+            except BackendError as exc:
+                # Not reachable to open: shown on its row, like a failed stats call.
+                rows.append(QueueRow(name=name, error=f"{type(exc).__name__}: {exc}"))
+                continue
+            row, live, _ = await queue_row(name, queue, now)
             rows.append(row)
             workers.extend(live)
         d.sampler.record(rows)
