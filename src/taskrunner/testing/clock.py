@@ -4,18 +4,20 @@
 by itself whenever the event loop is idle and some coroutine sleeps on it: time then
 jumps to the earliest deadline, as trio's ``MockClock(autojump_threshold=0)`` does.
 
-What "idle" means here, using only public asyncio API: for several consecutive event
-loop iterations, no task started, finished or moved to another ``await`` (the frames
-and instruction offsets of every task's stack, from ``Task.get_stack``, are unchanged)
-and the clock saw no sleep or wake-up. Limits, stated plainly:
+What "idle" means here, using only public asyncio API: for two consecutive event loop
+iterations, no task started, finished or moved to another ``await`` (the frames and
+instruction offsets of every task's stack, as ``Task.get_stack`` sees them, are
+unchanged) and the clock saw no sleep or wake-up. Limits, stated plainly:
 
 * Real I/O, threads and subprocesses in flight are not waited on: a task awaiting a
   socket or ``run_in_executor`` looks idle. (`taskrunner.testing.run_until_idle` waits
   for the runner's own threads of plain ``def`` tasks.)
 * A task polling with ``await asyncio.sleep(0)`` in a loop (stack unchanged each turn)
   looks idle too; poll through the clock (``clock.sleep``) instead.
-* Callbacks chained through more than a few ``call_soon`` hops without waking a task
-  are not seen; asyncio's own futures, queues, events and locks take one hop.
+* Callbacks chained through more than two ``call_soon`` hops before waking a task are
+  not seen; asyncio's own futures, queues, events and locks take one hop.
+* A task that loops at one ``await`` (same frame, same offset) fed by another doing the
+  same looks idle between two of their turns: a ping-pong through the loop alone.
 
 Example::
 
@@ -32,7 +34,7 @@ import asyncio
 import heapq
 import itertools
 import types
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["FakeClock", "settle"]
@@ -55,17 +57,20 @@ _COROUTINE = types.CoroutineType
 _GENERATOR = types.GeneratorType
 
 
-def _loop_signature(exclude: asyncio.Task[object] | None) -> Hashable:
+def _loop_signature(exclude: asyncio.Task[object] | None) -> list[int]:
     """Where every task of the running loop is suspended, as a comparable value.
 
-    For each task: its id and the instruction offset of every coroutine frame down its
-    ``await`` chain (what `Task.get_stack` reads, without building frame lists).
+    For each task: its id, and the id and instruction offset of every coroutine frame
+    down its ``await`` chain (what `Task.get_stack` reads, without building frame
+    lists). A flat list: the order of `asyncio.all_tasks` may change when the set of
+    tasks does, which then reads as "something moved", the safe side.
     """
-    marks: set[tuple[int, ...]] = set()
+    marks: list[int] = []
+    append = marks.append
     for task in asyncio.all_tasks():
         if task is exclude:
             continue
-        where = [id(task)]
+        append(id(task))
         coro: Any = task.get_coro()
         while coro is not None:
             kind = type(coro)
@@ -77,9 +82,12 @@ def _loop_signature(exclude: asyncio.Task[object] | None) -> Hashable:
                 break
             if frame is None:
                 break
-            where.append(frame.f_lasti)
-        marks.add(tuple(where))
-    return frozenset(marks)
+            # The frame's id too: a loop awaiting a fresh helper coroutine each turn
+            # stops at the same offsets, usually in a new frame.
+            append(id(frame))
+            append(frame.f_lasti)
+        append(-1)
+    return marks
 
 
 async def settle() -> None:
@@ -139,7 +147,7 @@ class FakeClock:
         self._check: asyncio.Handle | None = None
         self._check_loop: asyncio.AbstractEventLoop | None = None
         self._quiet = 0
-        self._last: tuple[Hashable, int] | None = None
+        self._last: tuple[list[int], int] | None = None
         self._idle_waiters: list[asyncio.Future[None]] = []
         self._notified = False
         self._busy_checks: list[Callable[[], bool]] = []
@@ -189,8 +197,10 @@ class FakeClock:
             while (deadline := self.next_deadline()) is not None and deadline <= target:
                 self._wake_until(deadline)
                 await settle()
+            # No settle after this: moving time without waking a sleeper changes nothing
+            # the loop could react to, and the last wake-up (or the first settle) has
+            # already been settled.
             self._now = max(self._now, target)
-            await settle()
         finally:
             self._advancing -= 1
 
