@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
+import types
 
 import pytest
 
 import taskrunner.testing.clock as clock_module
+import taskrunner.testing.dispatches as dispatches_module
+import taskrunner.testing.idle as idle_module
 from taskrunner.testing import FakeClock, settle
 
 
-def test_no_private_event_loop_attribute_is_read() -> None:
-    source = inspect.getsource(clock_module)
-    assert "_ready" not in source
-    assert "_scheduled" not in source
+@pytest.mark.parametrize("module", [clock_module, idle_module, dispatches_module])
+def test_no_private_event_loop_or_task_attribute_is_read(module: types.ModuleType) -> None:
+    source = inspect.getsource(module)
+    for private in ("_ready", "_scheduled", "_fut_waiter", "_state", "_callbacks"):
+        assert not re.search(rf"\.{private}\b", source), private
 
 
 async def test_autojump_wakes_sleepers_in_deadline_order_at_their_deadlines() -> None:
