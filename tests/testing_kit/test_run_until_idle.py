@@ -10,10 +10,11 @@ import traceback
 import msgspec
 import pytest
 
-from taskrunner import App, Producer, RunnerConfig, connect
+from taskrunner import App, Producer, RunnerConfig
 from taskrunner.attempts import Outcome
 from taskrunner.queue import Queue
 from taskrunner.testing import FakeClock, IdleTimeoutError, run_until_idle
+from taskrunner_backends.memory import InMemoryQueue
 
 
 class Order(msgspec.Struct):
@@ -21,16 +22,16 @@ class Order(msgspec.Struct):
     quantity: int
 
 
-async def fresh(app: App, name: str) -> tuple[FakeClock, Queue, Producer]:
+async def fresh(app: App) -> tuple[FakeClock, Queue, Producer]:
     clock = FakeClock(autojump=True)
-    queue = await connect(f"memory://testing-kit-{name}", app.queue, clock=clock)
+    queue = InMemoryQueue(clock=clock)
     return clock, queue, Producer(queue, app, clock=clock)
 
 
 async def test_runs_every_dispatched_task_and_what_they_dispatch() -> None:
     app = App("kit")
     seen: list[str] = []
-    clock, queue, producer = await fresh(app, "chain")
+    clock, queue, producer = await fresh(app)
 
     @app.task
     async def ship(order: Order) -> None:
@@ -56,7 +57,7 @@ async def test_runs_every_dispatched_task_and_what_they_dispatch() -> None:
 
 async def test_fail_fast_raises_the_tasks_own_exception_with_its_traceback() -> None:
     app = App("kit")
-    clock, queue, producer = await fresh(app, "fail-fast")
+    clock, queue, producer = await fresh(app)
     raised: list[BaseException] = []
 
     @app.task(max_retries=2)
@@ -78,7 +79,7 @@ async def test_fail_fast_raises_the_tasks_own_exception_with_its_traceback() -> 
 
 async def test_without_fail_fast_the_record_shows_each_attempt() -> None:
     app = App("kit")
-    clock, queue, producer = await fresh(app, "no-fail-fast")
+    clock, queue, producer = await fresh(app)
 
     @app.task(max_retries=3)
     async def flaky() -> None:
@@ -103,7 +104,7 @@ async def test_without_fail_fast_the_record_shows_each_attempt() -> None:
 
 async def test_a_retry_that_succeeds_does_not_fail_the_run() -> None:
     app = App("kit")
-    clock, queue, producer = await fresh(app, "retry-ok")
+    clock, queue, producer = await fresh(app)
     calls: list[int] = []
 
     @app.task(max_retries=1)
@@ -120,7 +121,7 @@ async def test_a_retry_that_succeeds_does_not_fail_the_run() -> None:
 
 async def test_stored_results_are_in_the_record() -> None:
     app = App("kit")
-    clock, queue, producer = await fresh(app, "results")
+    clock, queue, producer = await fresh(app)
 
     @app.task(store_result=True)
     async def total(order: Order) -> int:
@@ -146,7 +147,7 @@ async def test_an_empty_queue_returns_at_once_with_an_empty_record() -> None:
 
 async def test_waits_for_a_plain_def_tasks_thread_without_jumping_time() -> None:
     app = App("kit")
-    clock, queue, producer = await fresh(app, "thread")
+    clock, queue, producer = await fresh(app)
     release = threading.Event()
     clock_seen: list[float] = []
 
@@ -171,7 +172,7 @@ async def test_waits_for_a_plain_def_tasks_thread_without_jumping_time() -> None
 
 async def test_a_task_that_never_ends_times_out_in_real_time_naming_what_is_pending() -> None:
     app = App("kit")
-    clock, queue, producer = await fresh(app, "hang")
+    clock, queue, producer = await fresh(app)
     never = threading.Event()
 
     @app.task
@@ -191,7 +192,7 @@ async def test_a_task_that_never_ends_times_out_in_real_time_naming_what_is_pend
 
 async def test_a_queue_without_its_clock_is_refused() -> None:
     app = App("kit")
-    _, queue, _ = await fresh(app, "no-clock")
+    _, queue, _ = await fresh(app)
     with pytest.raises(ValueError, match="needs clock="):
         await run_until_idle(app, queue)
     with pytest.raises(ValueError, match="autojump"):
@@ -200,7 +201,7 @@ async def test_a_queue_without_its_clock_is_refused() -> None:
 
 async def test_a_body_that_is_not_an_envelope_is_dead_lettered_and_recorded() -> None:
     app = App("kit")
-    clock, queue, _ = await fresh(app, "hostile")
+    clock, queue, _ = await fresh(app)
 
     @app.task
     async def fine() -> None: ...
@@ -215,7 +216,7 @@ async def test_a_body_that_is_not_an_envelope_is_dead_lettered_and_recorded() ->
 
 async def test_fail_fast_fails_on_a_message_that_could_not_run() -> None:
     app = App("kit")
-    clock, queue, _ = await fresh(app, "hostile-fail-fast")
+    clock, queue, _ = await fresh(app)
 
     @app.task
     async def fine() -> None: ...

@@ -9,7 +9,7 @@ into the test's own exception.
 from __future__ import annotations
 
 import asyncio
-import secrets
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -18,7 +18,6 @@ import msgspec
 
 from taskrunner.app import App, Task
 from taskrunner.attempts import Attempt, Outcome
-from taskrunner.backends import connect
 from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
 from taskrunner.errors import DecodeError
@@ -243,8 +242,9 @@ async def run_until_idle(
     if not clock.autojump:
         raise ValueError("run_until_idle needs a FakeClock(autojump=True)")
     if queue is None:
-        url = f"memory://run-until-idle-{secrets.token_hex(8)}"
-        queue = await connect(url, app.queue, clock=clock)
+        # Not connect("memory://NAME"): named stores live for the whole process.
+        memory = importlib.import_module("taskrunner_backends.memory")
+        queue = cast(Queue, memory.InMemoryQueue(clock=clock))
     record = RunRecord()
     recorder = _Recorder(clock, record, fail_fast=fail_fast)
     base = config if config is not None else RunnerConfig(**_DEFAULTS)
