@@ -13,7 +13,7 @@ Example::
 
     async def test_signup_sends_a_welcome_email() -> None:
         clock = FakeClock(autojump=True)
-        queue = await taskrunner.connect("memory://signup", app.queue, clock=clock)
+        queue = InMemoryQueue(clock=clock)  # taskrunner_backends.memory
         await signup(queue, "ada@example.com")
         record = await run_until_idle(app, queue, clock=clock)
         assert [run.task for run in record.succeeded] == ["send_welcome"]
