@@ -4,7 +4,7 @@ The example of docs/testing.md. Plain asyncio, the in-memory backend in the test
 a real deployment opens Redis or PostgreSQL with the same code.
 
 Run: ``python -m examples.testing_example.shop`` places one order on ``memory://`` and
-runs the worker until the queue is empty.
+runs a worker, in real time, until the receipt is mailed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class PaymentDeclinedError(Exception):
 
 @dataclass
 class Gateway:
-    """The payment provider; tests replace `GATEWAY.declined` or its methods."""
+    """The payment provider and the mailer, faked; the tests put a fresh one in `GATEWAY`."""
 
     charged: list[str] = field(default_factory=list)
     mailed: list[str] = field(default_factory=list)
@@ -98,8 +98,7 @@ async def main() -> None:
         connect_producer(taskrunner.Producer(queue, app))
         await place_order(Order(order_id="A-1", email="ada@example.com", cents=1250))
         runner = taskrunner.Runner(queue, app)
-        # burst: until empty. The follow-up is three days away, so stop after the
-        # receipt instead of waiting for it in real time.
+        # Not burst=True (until empty): the follow-up is three days away in real time.
         run = asyncio.create_task(runner.run())
         while not GATEWAY.mailed:  # noqa: ASYNC110 - a demo, not a test
             await asyncio.sleep(0.05)
