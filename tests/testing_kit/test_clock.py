@@ -133,3 +133,23 @@ def test_an_autojump_clock_works_again_on_a_second_event_loop() -> None:
     asyncio.run(left_sleeping())
     asyncio.run(asyncio.wait_for(clock.sleep(5), timeout=5))
     assert clock.monotonic() == 5
+
+
+async def test_settle_sees_a_wakeup_through_one_plain_callback() -> None:
+    loop = asyncio.get_running_loop()
+    outer: asyncio.Future[None] = loop.create_future()
+    inner: asyncio.Future[None] = loop.create_future()
+    outer.add_done_callback(lambda _: inner.set_result(None))
+    woken: list[bool] = []
+
+    async def waiter() -> None:
+        await inner
+        woken.append(True)
+
+    task = asyncio.create_task(waiter())
+    await settle()
+    assert woken == []
+    outer.set_result(None)
+    await settle()
+    assert woken == [True]
+    await task

@@ -14,8 +14,9 @@ unchanged) and the clock saw no sleep or wake-up. Limits, stated plainly:
   for the runner's own threads of plain ``def`` tasks.)
 * A task polling with ``await asyncio.sleep(0)`` in a loop (stack unchanged each turn)
   looks idle too; poll through the clock (``clock.sleep``) instead.
-* Callbacks chained through more than two ``call_soon`` hops before waking a task are
-  not seen; asyncio's own futures, queues, events and locks take one hop.
+* A wake-up that passes through two or more plain callbacks (not tasks) before the
+  woken task's own step is not seen: the check sees one such hop (a future's done
+  callback, as asyncio.wait uses) and every task that starts, steps or ends.
 * A task that loops at one ``await`` (same frame, same offset) fed by another doing the
   same looks idle between two of their turns: a ping-pong through the loop alone.
 
