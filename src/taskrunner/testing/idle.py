@@ -197,6 +197,8 @@ async def run_until_idle(
 ) -> RunRecord:
     """Run `app`'s tasks from `queue` until nothing is ready, delayed, in flight or running.
 
+    The runner's own errors (not the tasks') are raised as they are.
+
     Time is simulated: the clock jumps to each next timer whenever the event loop is
     idle, so retries with backoff and delayed messages run at once in real time (a
     delay of a fake hour costs a few hundred timer jumps). Each call runs one fresh
@@ -217,15 +219,15 @@ async def run_until_idle(
 
     Args:
         app: The tasks to run.
-        queue: The queue to run from; its clock must be `clock`. None: a fresh memory
-            queue on a fresh clock (useful after dispatching onto the same queue is
-            not needed; usually pass the queue your code dispatched onto).
+        queue: The queue your code dispatched onto; its clock must be `clock`. None:
+            a fresh, empty memory queue on a fresh clock.
         clock: The queue's `FakeClock`; it must have ``autojump=True``. None: a new
             one (only valid with ``queue=None``).
         fail_fast: Raise the first final task failure.
         timeout: Real seconds before giving up.
-        config: Runner settings; unset fields that matter for speed (block, lease and
-            monitor intervals) get long defaults suited to fake time.
+        config: Runner settings, used as given. None: long receive, lease and
+            monitor intervals (an hour each), since every timer is a stop for the
+            clock; a config of your own with short ones makes long runs slower.
 
     Returns:
         The attempts that ran, results stored for them, and the fake time taken.
@@ -291,7 +293,15 @@ async def _wait_until_done(
     run: asyncio.Task[None],
 ) -> None:
     while not recorder.failed.is_set() and not run.done():
-        await clock.wait_idle()
+        # The runner's own end too: a crashed runner sleeps on nothing, so the loop
+        # would never turn idle-with-sleepers and the crash would wait for the timeout.
+        idle = asyncio.ensure_future(clock.wait_idle())
+        try:
+            await asyncio.wait({idle, run}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            idle.cancel()
+        if run.done():
+            return
         # Now, not at the end: a result may expire in the fake time still to pass.
         await _collect_results(app, queue, record)
         if runner.threads_running or runner.stats().in_flight:
