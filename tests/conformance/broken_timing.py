@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 
 from taskrunner.clock import wait_event
 from taskrunner.queue import Delivery, WorkerInfo
-from taskrunner_backends.memory import InMemoryQueue, _check_count, _check_seconds
+from taskrunner_backends.checks import check_count
+from taskrunner_backends.memory import InMemoryQueue, _check_seconds
 
 from .harnesses import MemoryHarness, subclass_factory
 
@@ -181,7 +182,7 @@ class WaitIgnoresDueTimes(InMemoryQueue):
     async def receive(
         self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
     ) -> list[Delivery]:
-        _check_count(max_messages)
+        check_count("max_messages", max_messages)
         _check_seconds("wait_seconds", wait_seconds)
         _check_seconds("lease_seconds", lease_seconds, positive=True)
         self._check_open()
