@@ -35,7 +35,10 @@ def test_the_distribution_is_named_taskrunner_queue() -> None:
 
 
 def test_the_installed_distribution_provides_the_taskrunner_command() -> None:
-    scripts = {ep.name: ep.value for ep in distribution(NAME).entry_points}
+    # By group: the pytest11 plugin entry point is also named ``taskrunner``.
+    scripts = {
+        ep.name: ep.value for ep in distribution(NAME).entry_points if ep.group == "console_scripts"
+    }
 
     assert scripts["taskrunner"] == "taskrunner.cli:main"
 
