@@ -4,7 +4,6 @@ reports the version and the counts per queue; errors in one line."""
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import socket
 import subprocess
@@ -24,24 +23,13 @@ from taskrunner_backends.postgres.schema import LATEST_VERSION
 from tests.cli.conftest import Cli
 
 
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    """``TASKRUNNER_TEST_POSTGRES_URL``, or a throwaway server for this module."""
-    given = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL")
-    if given:
-        yield given
-        return
-    with LocalPostgres() as server:
-        yield server.url()
-
-
 @pytest.fixture
-def schema_url(server_url: str) -> Iterator[str]:
-    """`server_url` with a fresh schema of this test's own (dropped after)."""
+def schema_url(postgres_url: str) -> Iterator[str]:
+    """`postgres_url` with a fresh schema of this test's own (dropped after)."""
     name = f"tr_cli_{secrets.token_hex(4)}"
-    separator = "&" if "?" in server_url else "?"
-    yield f"{server_url}{separator}schema={name}"
-    with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
+    separator = "&" if "?" in postgres_url else "?"
+    yield f"{postgres_url}{separator}schema={name}"
+    with psycopg.connect(postgres_url, autocommit=True, connect_timeout=10) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 

@@ -13,34 +13,21 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from taskrunner_backends.postgres.local_server import LocalPostgres
-
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    """``TASKRUNNER_TEST_POSTGRES_URL``, or a throwaway server for this module."""
-    given = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL")
-    if given:
-        yield given
-        return
-    with LocalPostgres() as server:
-        yield server.url()
-
-
 @pytest.fixture
-def fresh_schema(server_url: str) -> Iterator[str]:
+def fresh_schema(postgres_url: str) -> Iterator[str]:
     """A schema name nobody created yet; dropped after the test."""
     name = f"tr_demo_{secrets.token_hex(4)}"
     yield name
-    with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
+    with psycopg.connect(postgres_url, autocommit=True, connect_timeout=10) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-def _row_counts(server_url: str, schema: str) -> dict[str, int]:
+def _row_counts(postgres_url: str, schema: str) -> dict[str, int]:
     """Rows in every table of `schema` but the migration log."""
-    with psycopg.connect(server_url, autocommit=True, connect_timeout=10) as conn:
+    with psycopg.connect(postgres_url, autocommit=True, connect_timeout=10) as conn:
         tables = [
             str(name)
             for (name,) in conn.execute(
@@ -61,10 +48,10 @@ def _row_counts(server_url: str, schema: str) -> dict[str, int]:
 
 
 def test_the_demo_runs_on_a_fresh_schema_and_leaves_no_row_behind(
-    server_url: str, fresh_schema: str, tmp_path: Path
+    postgres_url: str, fresh_schema: str, tmp_path: Path
 ) -> None:
-    separator = "&" if "?" in server_url else "?"
-    url = f"{server_url}{separator}schema={fresh_schema}"
+    separator = "&" if "?" in postgres_url else "?"
+    url = f"{postgres_url}{separator}schema={fresh_schema}"
     # The developer's settings must not leak in (the checkout's pyproject neither: cwd).
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKRUNNER_")}
     argv = [sys.executable, "-m", "taskrunner", "demo", "--url", url]
@@ -83,6 +70,6 @@ def test_the_demo_runs_on_a_fresh_schema_and_leaves_no_row_behind(
     # The demo dead-letters some tasks on purpose, so an empty dead_letters table shows
     # the clean-up ran; the demo migrated the fresh schema itself (migrate=auto), so
     # these are the tables it used.
-    counts = _row_counts(server_url, fresh_schema)
+    counts = _row_counts(postgres_url, fresh_schema)
     assert {"messages", "dead_letters", "workers", "leaders", "results"} <= set(counts)
     assert counts == dict.fromkeys(counts, 0)

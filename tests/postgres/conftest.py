@@ -1,10 +1,9 @@
 """Fixtures for the PostgreSQL tests; every test under tests/postgres is marked ``postgres``.
 
-Server choice: ``TASKRUNNER_TEST_POSTGRES_URL`` when set (shared: tests work in their own
-schemas and drop only those), else one throwaway `LocalPostgres` for the session. No
-PostgreSQL found is an error, not a skip: a green run must mean these tests ran.
+The server is tests/conftest.py's ``postgres_url`` (session): ``TASKRUNNER_TEST_POSTGRES_URL``
+or one throwaway `LocalPostgres`.
 
-Fixtures: ``postgres_url`` (session), ``postgres_schema`` (a fresh schema name per test,
+Fixtures: ``postgres_schema`` (a fresh schema name per test,
 dropped afterwards), ``schema`` (that schema, migrated: a `Migrated`), ``private_postgres``
 (a started server of the test's own, which it may kill or restart; deleted afterwards).
 """
@@ -12,7 +11,6 @@ dropped afterwards), ``schema`` (that schema, migrated: a `Migrated`), ``private
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,21 +31,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.resolve().is_relative_to(_HERE):
             item.add_marker(pytest.mark.postgres)
-
-
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """URL of the session's PostgreSQL: ``TASKRUNNER_TEST_POSTGRES_URL`` or a private one."""
-    given = os.environ.get("TASKRUNNER_TEST_POSTGRES_URL")
-    if given:
-        yield given
-        return
-    server = LocalPostgres()
-    try:
-        server.start()
-        yield server.url("postgres")
-    finally:
-        server.cleanup()
 
 
 @pytest.fixture
