@@ -224,3 +224,31 @@ async def test_fail_fast_fails_on_a_message_that_could_not_run() -> None:
     await queue.add([b'{"v":1,"id":"x","task":"nope","payload":null,"enqueued_at":0}'])
     with pytest.raises(AssertionError, match=r"failed without running: .*nope"):
         await run_until_idle(app, queue, clock=clock)
+
+
+class _BackendBug(BaseException):
+    """Not an Exception: the runner's acker lets it through and the runner ends."""
+
+
+async def test_a_runner_that_ends_early_raises_its_error_at_once_not_after_the_timeout() -> None:
+    app = App("kit")
+
+    @app.task
+    async def noop() -> None:
+        pass
+
+    class AckBreaks(InMemoryQueue):
+        async def ack(self, *args: object, **kwargs: object) -> list[bool]:
+            raise _BackendBug("ack broke")
+
+    clock = FakeClock(autojump=True)
+    queue = AckBreaks(clock=clock)
+    await Producer(queue, app, clock=clock).dispatch(noop)
+    started = time.monotonic()
+
+    with pytest.raises(BaseExceptionGroup) as caught:
+        await run_until_idle(app, queue, clock=clock, timeout=30)
+
+    # The runner's own crash, not an IdleTimeoutError after 30 real seconds.
+    assert caught.group_contains(_BackendBug, match="ack broke")
+    assert time.monotonic() - started < 10
