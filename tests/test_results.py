@@ -19,15 +19,14 @@ from taskrunner import (
     Producer,
     ResultStore,
     ResultWrite,
-    Runner,
     TaskFailedError,
     TaskFailure,
     UnsupportedFeatureError,
 )
-from taskrunner.testing import FakeClock
+from taskrunner.testing import FakeClock, run_until_idle
 from taskrunner_backends.memory import InMemoryQueue
 
-from .support import config, run_burst
+from .support import config
 
 
 class Order(msgspec.Struct):
@@ -77,7 +76,7 @@ def _setup(clock: FakeClock, **app_options: Any) -> tuple[App, RecordingQueue]:
 
 
 async def test_result_returns_the_value_decoded_against_the_return_annotation() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(store_result=True)
@@ -86,13 +85,13 @@ async def test_result_returns_the_value_decoded_against_the_return_annotation() 
 
     producer = Producer(queue, app, clock=clock)
     message_id = await producer.dispatch(checkout, Order(sku="tea", quantity=4))
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert await producer.result(message_id, timeout=0) == Receipt(order="tea", total_cents=1000)
 
 
 async def test_every_acked_message_had_its_result_stored_before_the_ack() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(store_result=True)
@@ -101,14 +100,14 @@ async def test_every_acked_message_had_its_result_stored_before_the_ack() -> Non
 
     producer = Producer(queue, app, clock=clock)
     ids = await producer.dispatch_many(double, list(range(50)))
-    await run_burst(Runner(queue, app, config(num_workers=50, batch_size=50), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config(num_workers=50, batch_size=50))
 
     assert queue.stored_at_ack == [True] * 50
     assert [await producer.result(i, timeout=0) for i in ids] == [2 * n for n in range(50)]
 
 
 async def test_results_cost_one_put_per_acked_batch_and_nothing_when_off() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(store_result=True)
@@ -122,7 +121,7 @@ async def test_results_cost_one_put_per_acked_batch_and_nothing_when_off() -> No
     producer = Producer(queue, app, clock=clock)
     await producer.dispatch_many(kept, list(range(20)))
     await producer.dispatch_many(discarded, list(range(20)))
-    await run_burst(Runner(queue, app, config(num_workers=40, batch_size=40), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config(num_workers=40, batch_size=40))
 
     acks = [n for call, n in queue.calls if call == "ack"]
     puts = [n for call, n in queue.calls if call == "put_results"]
@@ -137,7 +136,7 @@ async def test_results_cost_one_put_per_acked_batch_and_nothing_when_off() -> No
 
 
 async def test_a_task_without_store_result_writes_nothing_and_result_times_out() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task
@@ -146,7 +145,7 @@ async def test_a_task_without_store_result_writes_nothing_and_result_times_out()
 
     producer = Producer(queue, app, clock=clock)
     message_id = await producer.dispatch(quiet)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert not [call for call, _ in queue.calls if call == "put_results"]
     with pytest.raises(TimeoutError, match=message_id):
@@ -156,7 +155,7 @@ async def test_a_task_without_store_result_writes_nothing_and_result_times_out()
 
 
 async def test_app_default_applies_and_a_task_can_opt_out() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock, store_results=True, result_ttl=timedelta(minutes=5))
 
     @app.task
@@ -172,7 +171,7 @@ async def test_app_default_applies_and_a_task_can_opt_out() -> None:
     producer = Producer(queue, app, clock=clock)
     first = await producer.dispatch(kept)
     second = await producer.dispatch(dropped)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert await producer.result(first, timeout=0) == "kept"
     with pytest.raises(TimeoutError):
@@ -180,7 +179,7 @@ async def test_app_default_applies_and_a_task_can_opt_out() -> None:
 
 
 async def test_result_waits_for_a_result_stored_later() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(store_result=True)
@@ -192,13 +191,13 @@ async def test_result_waits_for_a_result_stored_later() -> None:
     waiting = asyncio.create_task(producer.result(message_id, timeout=60))
     await asyncio.sleep(0)
     assert not waiting.done()
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert await asyncio.wait_for(waiting, 5) == 42
 
 
 async def test_result_times_out_at_its_timeout_not_before() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
     producer = Producer(queue, app, clock=clock)
     waiting = asyncio.create_task(producer.result("1-0", timeout=10))
@@ -210,7 +209,7 @@ async def test_result_times_out_at_its_timeout_not_before() -> None:
 
 
 async def test_a_result_expires_after_its_ttl() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(store_result=True, result_ttl=60)
@@ -219,7 +218,7 @@ async def test_a_result_expires_after_its_ttl() -> None:
 
     producer = Producer(queue, app, clock=clock)
     message_id = await producer.dispatch(brief)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
     finished = clock.monotonic()
 
     await clock.advance(max(0.0, 59.0 - (clock.monotonic() - finished)))
@@ -230,7 +229,7 @@ async def test_a_result_expires_after_its_ttl() -> None:
 
 
 async def test_a_terminal_failure_raises_task_failed_error_with_the_stored_error() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(store_result=True, max_retries=1)
@@ -239,7 +238,7 @@ async def test_a_terminal_failure_raises_task_failed_error_with_the_stored_error
 
     producer = Producer(queue, app, clock=clock)
     message_id = await producer.dispatch(broken)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     with pytest.raises(TaskFailedError) as caught:
         await producer.result(message_id, timeout=0)
@@ -255,7 +254,7 @@ async def test_a_terminal_failure_raises_task_failed_error_with_the_stored_error
 
 
 async def test_a_failure_taken_by_the_handler_reads_failed() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
     handled: list[TaskFailure] = []
 
@@ -265,8 +264,9 @@ async def test_a_failure_taken_by_the_handler_reads_failed() -> None:
 
     producer = Producer(queue, app, clock=clock)
     message_id = await producer.dispatch(broken)
-    runner = Runner(queue, app, config(failed_task_handler=handled.append), clock=clock)
-    await run_burst(runner, clock)
+    await run_until_idle(
+        app, queue, clock=clock, fail_fast=False, config=config(failed_task_handler=handled.append)
+    )
 
     assert len(handled) == 1
     status = await producer.status(message_id)
@@ -280,7 +280,7 @@ async def test_a_failure_taken_by_the_handler_reads_failed() -> None:
 
 
 async def test_too_many_deliveries_is_stored_as_a_failure_of_its_own_kind() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(store_result=True, max_retries=0)
@@ -292,7 +292,7 @@ async def test_too_many_deliveries_is_stored_as_a_failure_of_its_own_kind() -> N
     # A worker that died holding it: its lease lapses and the reclaimer takes it again.
     [lost] = await queue.receive("dead-worker", max_messages=1, wait_seconds=0, lease_seconds=1)
     await clock.advance(2)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     with pytest.raises(TaskFailedError) as caught:
         await producer.result(message_id, timeout=0)
@@ -301,7 +301,7 @@ async def test_too_many_deliveries_is_stored_as_a_failure_of_its_own_kind() -> N
 
 
 async def test_a_return_value_that_breaks_its_annotation_fails_the_attempt() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(store_result=True, max_retries=0)
@@ -310,7 +310,7 @@ async def test_a_return_value_that_breaks_its_annotation_fails_the_attempt() -> 
 
     producer = Producer(queue, app, clock=clock)
     message_id = await producer.dispatch(liar)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     with pytest.raises(TaskFailedError) as caught:
         await producer.result(message_id, timeout=0)
@@ -319,7 +319,7 @@ async def test_a_return_value_that_breaks_its_annotation_fails_the_attempt() -> 
 
 
 async def test_none_and_plain_json_results_round_trip() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock, store_results=True)
 
     @app.task
@@ -333,14 +333,14 @@ async def test_none_and_plain_json_results_round_trip() -> None:
     producer = Producer(queue, app, clock=clock)
     first = await producer.dispatch(nothing)
     second = await producer.dispatch(untyped, 3)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert await producer.result(first, timeout=0) is None
     assert await producer.result(second, timeout=0) == {"n": 3, "items": [1.5, None, "x"]}
 
 
 async def test_a_producer_that_does_not_know_the_task_gets_plain_json() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(store_result=True)
@@ -348,14 +348,14 @@ async def test_a_producer_that_does_not_know_the_task_gets_plain_json() -> None:
         return Receipt(order=order.sku, total_cents=1)
 
     message_id = await Producer(queue, app, clock=clock).dispatch(checkout, Order("a", 1))
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     stranger = Producer(queue, App("tests"), clock=clock)
     assert await stranger.result(message_id, timeout=0) == {"order": "a", "total_cents": 1}
 
 
 async def test_a_stored_value_that_the_producer_type_refuses_raises_validation_error() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     worker_app, queue = _setup(clock)
 
     @worker_app.task(name="shared", store_result=True)
@@ -363,7 +363,7 @@ async def test_a_stored_value_that_the_producer_type_refuses_raises_validation_e
         return "text"
 
     message_id = await Producer(queue, worker_app, clock=clock).dispatch(returns_text)
-    await run_burst(Runner(queue, worker_app, config(), clock=clock), clock)
+    await run_until_idle(worker_app, queue, clock=clock, config=config())
 
     producer_app = App("tests")
 
@@ -377,7 +377,7 @@ async def test_a_stored_value_that_the_producer_type_refuses_raises_validation_e
 
 @pytest.mark.parametrize("seconds", [-1, math.nan, math.inf])
 async def test_result_refuses_a_bad_timeout(seconds: float) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
     with pytest.raises(ValueError, match="timeout"):
         await Producer(queue, app, clock=clock).result("1-0", timeout=seconds)
@@ -385,7 +385,7 @@ async def test_result_refuses_a_bad_timeout(seconds: float) -> None:
 
 @pytest.mark.parametrize("message_id", ["", 17, None])
 async def test_result_and_status_refuse_a_bad_id(message_id: Any) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
     producer = Producer(queue, app, clock=clock)
     with pytest.raises((TypeError, ValueError)):
@@ -395,7 +395,7 @@ async def test_result_and_status_refuse_a_bad_id(message_id: Any) -> None:
 
 
 async def test_a_backend_without_a_result_store_is_refused_clearly() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app = App("tests")
     queue = NoResults(clock=clock)
     producer = Producer(queue, app, clock=clock)
@@ -408,7 +408,7 @@ async def test_a_backend_without_a_result_store_is_refused_clearly() -> None:
 async def test_a_storing_task_on_a_backend_without_a_store_still_runs_and_acks(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app = App("tests")
     queue = NoResults(clock=clock)
     ran: list[int] = []
@@ -419,7 +419,7 @@ async def test_a_storing_task_on_a_backend_without_a_store_still_runs_and_acks(
         return n
 
     await Producer(queue, app, clock=clock).dispatch_many(work, [1, 2])
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert sorted(ran) == [1, 2]
     assert await queue.len() == 0
@@ -462,7 +462,7 @@ class Opaque:
 
 
 async def test_a_return_value_json_cannot_hold_fails_only_a_task_that_stores_it() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = _setup(clock)
 
     @app.task(max_retries=0)
@@ -476,7 +476,7 @@ async def test_a_return_value_json_cannot_hold_fails_only_a_task_that_stores_it(
     producer = Producer(queue, app, clock=clock)
     first = await producer.dispatch(fine)
     second = await producer.dispatch(refused)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     assert (await producer.status(first)).state == "unknown"  # acked, nothing stored
     with pytest.raises(TaskFailedError, match="result cannot be encoded as JSON"):
@@ -484,7 +484,7 @@ async def test_a_return_value_json_cannot_hold_fails_only_a_task_that_stores_it(
 
 
 async def test_a_result_larger_than_the_message_limit_fails_the_attempt() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app = App("tests", max_message_bytes=1000)
     queue = RecordingQueue(clock=clock)
 
@@ -496,7 +496,7 @@ async def test_a_result_larger_than_the_message_limit_fails_the_attempt() -> Non
     # The stored body is the value plus about 150 bytes of envelope.
     small = await producer.dispatch(big, 700)
     large = await producer.dispatch(big, 1000)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     assert await producer.result(small, timeout=0) == "x" * 700
     with pytest.raises(TaskFailedError) as caught:
