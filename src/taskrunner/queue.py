@@ -35,7 +35,9 @@ with fencing tokens, fire-once records for periodic schedules), and callers read
 with `scheduling_of` and `leadership_of`, which return None for a backend without them.
 Issue 12 added two more of the same kind: ``results`` (`ResultStore`: task results
 with a TTL) and ``lookup`` (`MessageLookup`: the state of one message by id), read
-with `results_of` and `lookup_of`.
+with `results_of` and `lookup_of`. Issue 15 added ``browse`` (`MessageBrowser`: a
+bounded, keyset-paged listing of the waiting and in-flight messages), read with
+`browse_of`.
 """
 
 from __future__ import annotations
@@ -46,8 +48,11 @@ from typing import Literal, Protocol
 import msgspec
 
 __all__ = [
+    "BROWSE_LIMIT",
     "AddRequest",
     "Added",
+    "BrowseState",
+    "BrowsedMessage",
     "Capabilities",
     "ConsumerCleanup",
     "ConsumerStats",
@@ -56,6 +61,7 @@ __all__ = [
     "FireRecord",
     "LeaderLease",
     "Leadership",
+    "MessageBrowser",
     "MessageLookup",
     "MessageState",
     "Queue",
@@ -67,6 +73,8 @@ __all__ = [
     "Scheduling",
     "WorkerInfo",
     "WorkerRegistry",
+    "browse_of",
+    "check_browse",
     "leadership_of",
     "lookup_of",
     "results_of",
@@ -140,6 +148,7 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
         result_notify: `ResultStore.wait_result` wakes when the result is stored,
             without polling (else it may poll, at most every 50 ms).
         lookup: `Queue.lookup` (`MessageLookup`) is implemented.
+        browse: `Queue.browse` (`MessageBrowser`) is implemented.
     """
 
     blocking_receive: bool = False
@@ -157,6 +166,7 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     results: bool = False
     result_notify: bool = False
     lookup: bool = False
+    browse: bool = False
 
 
 class ConsumerStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -892,3 +902,98 @@ def lookup_of(queue: Queue) -> MessageLookup | None:
     """The backend's `MessageLookup` (its ``lookup`` property), or None."""
     part: MessageLookup | None = getattr(queue, "lookup", None)
     return part
+
+
+#: Most messages one `MessageBrowser.browse` call returns; a larger limit is refused.
+BROWSE_LIMIT = 500
+
+BrowseState = Literal["waiting", "in_flight"]
+
+
+class BrowsedMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One message as `MessageBrowser.browse` lists it.
+
+    Attributes:
+        cursor: Its place in the listing: pass the last one's as ``after`` for the next
+            page. Backend-private text (for example a stream entry id), not always the
+            message id.
+        message_id: The id `Queue.add` returned for the message.
+        body: The message bytes, unchanged.
+        delivery_count: Deliveries so far (0 before the first).
+        added_at: Wall-clock time (Unix seconds) the message was added, when known.
+        consumer: For ``in_flight``: the consumer holding the lease.
+        idle_seconds: For ``in_flight``: seconds since it was leased or last heartbeated.
+        lease_seconds: For ``in_flight``: the lease its holder was granted, when known
+            (the lease lapses once ``idle_seconds`` exceeds it).
+    """
+
+    cursor: str
+    message_id: str
+    body: bytes
+    delivery_count: int
+    added_at: float | None = None
+    consumer: str | None = None
+    idle_seconds: float | None = None
+    lease_seconds: float | None = None
+
+
+class MessageBrowser(Protocol):
+    """A bounded, read-only listing of the messages waiting and in flight, page by page.
+
+    A backend that implements it returns it from `Queue.browse` and claims
+    ``Capabilities.browse``. Paging is by keyset: each page starts after the ``cursor``
+    of the last message of the previous one, so a page costs the backend about
+    ``limit`` entries however long the queue is, and no call ever counts or scans the
+    whole queue. ``waiting`` lists the ready messages (never delivered, or released and
+    due); ``in_flight`` the leased ones (a lapsed lease not yet reclaimed included).
+    A message that moves while a listing is paged (received, released, reclaimed) may
+    be missed or listed again by the later pages; one that stays put is listed once.
+
+    Guarantees, one per line; each has a conformance test that reads the same:
+
+    * Waiting messages are listed once each, in cursor order, across pages.
+    * In-flight messages are listed with their holder, delivery count and body.
+    * Browsing never changes a lease, a delivery count or what receive returns.
+    * Delayed, acked and dead-lettered messages are not listed.
+    * Invalid browse arguments raise ValueError before anything is read.
+    """
+
+    async def browse(
+        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+    ) -> list[BrowsedMessage]:
+        """Up to `limit` messages in `state` whose cursor comes after `after`, in cursor order.
+
+        ``after=None`` starts at the first. Fewer than `limit` (or ``[]``) means the
+        listing reached its end when it was read.
+
+        Raises:
+            ValueError: `state` is not ``waiting`` or ``in_flight``, `limit` is below 1
+                or above `BROWSE_LIMIT`, or `after` is no cursor this backend issues.
+            QueueClosedError: The handle is closed.
+            BackendUnavailableError: The backend could not be reached.
+        """
+        ...
+
+
+def browse_of(queue: Queue) -> MessageBrowser | None:
+    """The backend's `MessageBrowser` (its ``browse`` property), or None."""
+    part: MessageBrowser | None = getattr(queue, "browse", None)
+    return part
+
+
+def check_browse(state: object, limit: object) -> None:
+    """The argument checks every `MessageBrowser.browse` makes first (backends share it).
+
+    Raises:
+        ValueError: `state` is not ``waiting`` or ``in_flight``, or `limit` is not a
+            whole number from 1 to `BROWSE_LIMIT`.
+    """
+    if state not in ("waiting", "in_flight"):
+        raise ValueError(f"state must be 'waiting' or 'in_flight', got {state!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ValueError(f"limit must be a whole number, got {limit!r}")
+    if not 1 <= limit <= BROWSE_LIMIT:
+        raise ValueError(
+            f"limit must be from 1 to {BROWSE_LIMIT} (a listing is paged, never read "
+            f"whole), got {limit}"
+        )

@@ -44,6 +44,7 @@ from taskrunner.queue import (
     DeadLetter,
     Delivery,
     Leadership,
+    MessageBrowser,
     MessageLookup,
     QueueAdmin,
     QueueStats,
@@ -55,6 +56,7 @@ from taskrunner.queue import (
 )
 from taskrunner_backends.checks import check_count, check_deliveries, encode_reason
 
+from .browse import PostgresBrowser
 from .db import Database, probe_connection
 from .errors import translate_errors
 from .leadership import PostgresLeadership
@@ -108,6 +110,7 @@ _BASE = Capabilities(
     results=True,
     result_notify=True,
     lookup=True,
+    browse=True,
 )
 _NOT_DURABLE = msgspec.structs.replace(_BASE, durable_enqueue=False)
 
@@ -411,6 +414,7 @@ class PostgresQueue:
         self._scheduling = PostgresScheduling(db, self._queue, check_open=self._check_open)
         self._leadership = PostgresLeadership(db, self._queue, check_open=self._check_open)
         self._lookup = PostgresLookup(db, self._queue, check_open=self._check_open)
+        self._browse = PostgresBrowser(db, self._queue, check_open=self._check_open)
         self._results = PostgresResults(
             db,
             self._queue,
@@ -480,6 +484,11 @@ class PostgresQueue:
     def lookup(self) -> MessageLookup:
         """The state of messages by id."""
         return self._lookup
+
+    @property
+    def browse(self) -> MessageBrowser:
+        """Keyset-paged, read-only listings of waiting and in-flight messages."""
+        return self._browse
 
     @property
     def listener(self) -> Listener:

@@ -250,9 +250,13 @@ class PartitionedQueue:
 
     @property
     def capabilities(self) -> Capabilities:
-        """Those of `RedisStreamsQueue`, with ordering ``none`` (each shard is FIFO)."""
+        """Those of `RedisStreamsQueue`, with ordering ``none`` (each shard is FIFO).
+
+        Without ``browse``: a listing paged over every shard at once is not
+        implemented (a single-shard queue's shard can be browsed on its own).
+        """
         return msgspec.structs.replace(
-            self._shards[0].capabilities, ordering=_CLUSTER_CAPABILITIES.ordering
+            self._shards[0].capabilities, ordering=_CLUSTER_CAPABILITIES.ordering, browse=False
         )
 
     @property

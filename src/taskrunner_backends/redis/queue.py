@@ -93,6 +93,9 @@ handle share one listener task reading that stream with a blocking XREAD (see
 where a message is from the stream, the PEL, ``moved`` and the parked set, and finds
 dead letters through ``dead_ids`` (original id -> dead-letter id), which only the
 dead-letter paths write (one HSET) and retry/purge of dead letters clear.
+`browse_messages` (the ``browse`` part) pages by stream entry id in one read-only
+script (``lua/browse.lua``): waiting entries are one XRANGE after the group's
+last-delivered id, in-flight ones one extended XPENDING plus an XRANGE per entry.
 
 Reclaim. `reclaim` pages through the PEL with ``XPENDING`` from a cursor kept on the
 queue object (restarting at the oldest entry when it reaches the end), at most
@@ -151,6 +154,8 @@ from taskrunner.errors import (
 from taskrunner.queue import (
     Added,
     AddRequest,
+    BrowsedMessage,
+    BrowseState,
     Capabilities,
     ConsumerCleanup,
     ConsumerStats,
@@ -159,6 +164,7 @@ from taskrunner.queue import (
     FireRecord,
     LeaderLease,
     Leadership,
+    MessageBrowser,
     MessageLookup,
     MessageState,
     QueueAdmin,
@@ -169,6 +175,7 @@ from taskrunner.queue import (
     Scheduling,
     WorkerInfo,
     WorkerRegistry,
+    check_browse,
 )
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 from taskrunner_backends.checks import check_count, check_deliveries, check_text, encode_reason
@@ -280,6 +287,7 @@ _CAPABILITIES = Capabilities(
     results=True,
     result_notify=True,
     lookup=True,
+    browse=True,
 )
 
 _DURABLE_CAPABILITIES = msgspec.structs.replace(_CAPABILITIES, durable_enqueue=True)
@@ -724,6 +732,14 @@ class RedisStreamsQueue:
         A small object of its own: the part's method is also named ``lookup``.
         """
         return _Lookup(self)
+
+    @property
+    def browse(self) -> MessageBrowser:
+        """A read-only page of waiting or in-flight messages (`browse_messages`).
+
+        A small object of its own: the part's method is also named ``browse``.
+        """
+        return _Browser(self)
 
     @property
     def keys(self) -> QueueKeys:
@@ -1517,6 +1533,69 @@ class RedisStreamsQueue:
                 states[index] = _message_state(message_id, reply[8 * n : 8 * n + 8])
         return states
 
+    async def browse_messages(
+        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+    ) -> list[BrowsedMessage]:
+        """Up to `limit` messages in `state` after cursor `after`, in stream-entry order.
+
+        One script, one round trip, nothing written (no group is created, no idle time
+        reset). The cursor is the stream entry id: a released message is a new entry at
+        the end of the stream, so it is listed there, under its own message id, with
+        the deliveries it had. Waiting: the entries after the group's last-delivered id
+        (all of them before any receive); a released message whose delay is over is
+        listed once a receive moved it back onto the stream (`stats` counts it ready
+        before). In flight: the group's PEL from the cursor, with the holder, idle time
+        and lease from its group consumer name, the delivery count its entry's base
+        plus the PEL's. An entry that is not a taskrunner message is listed with its
+        fields as JSON for a body (receive dead-letters it); one whose payload was
+        deleted while pending with an empty body.
+
+        Raises:
+            ValueError: See `taskrunner.queue.MessageBrowser.browse`; `after` must be a
+                stream id (``<ms>-<seq>``).
+        """
+        check_browse(state, limit)
+        if after is not None and not _is_stream_id(after):
+            raise ValueError(f"after must be a stream entry id (ms-seq), got {after!r:.60}")
+        await self._ready()
+        reply = await self._raw.run_script(
+            "browse",
+            SCRIPTS["browse"],
+            [self._keys.stream],
+            [self._keys.group, state, after or "", limit],
+        )
+        page = []
+        for i in range(0, len(reply), 5):
+            entry_id = _as_str(reply[i])
+            parsed = _parse_entry(entry_id, reply[i + 1])
+            if isinstance(parsed, _Message):
+                message_id, body, base = parsed.message_id, parsed.body, parsed.base_count
+            else:
+                message_id, body, base = entry_id, parsed.evidence, 0
+            holder = reply[i + 2]
+            consumer = lease = idle = None
+            count = base
+            if isinstance(holder, bytes):
+                name = _as_str(holder)
+                consumer = _caller_name(name)
+                suffix = _LEASE_SUFFIX.search(name)
+                lease = None if suffix is None else int(suffix.group()[1:]) / 1000
+                idle = _as_int(reply[i + 3]) / 1000
+                count = base + _as_int(reply[i + 4])
+            page.append(
+                BrowsedMessage(
+                    cursor=entry_id,
+                    message_id=message_id,
+                    body=body,
+                    delivery_count=count,
+                    added_at=int(message_id.partition("-")[0]) / 1000,
+                    consumer=consumer,
+                    idle_seconds=idle,
+                    lease_seconds=lease,
+                )
+            )
+        return page
+
     async def _batched(
         self, action: str, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Arg]]]
     ) -> list[Any]:
@@ -2209,6 +2288,21 @@ def _message_state(message_id: str, row: Sequence[Any]) -> MessageState | None:
     if name == "ready":
         return MessageState(state="ready", **common)
     raise BackendError(f"unexpected lookup state {name!r}")
+
+
+class _Browser:
+    """`MessageBrowser` of a `RedisStreamsQueue` (see `RedisStreamsQueue.browse_messages`)."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: RedisStreamsQueue) -> None:
+        self._queue = queue
+
+    async def browse(
+        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+    ) -> list[BrowsedMessage]:
+        """See `RedisStreamsQueue.browse_messages`."""
+        return await self._queue.browse_messages(state, after=after, limit=limit)
 
 
 class _Lookup:

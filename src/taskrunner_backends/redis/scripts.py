@@ -36,7 +36,7 @@ def _load(name: str) -> Script:
 #: each entry judged by its holder's lease), stats, the admin operations, consumer GC,
 #: the worker registry, the test hook age_lease, and the scheduling and leadership
 #: parts (add_requests, cancel, leadership, delete_queue), and the results and
-#: lookup parts (results: put and delete; lookup).
+#: lookup parts (results: put and delete; lookup), and the browse part (browse).
 SCRIPTS: dict[str, Script] = {
     name: _load(name)
     for name in (
@@ -56,5 +56,6 @@ SCRIPTS: dict[str, Script] = {
         "delete_queue",
         "results",
         "lookup",
+        "browse",
     )
 }

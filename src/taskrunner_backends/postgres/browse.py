@@ -1,0 +1,146 @@
+"""`PostgresBrowser`: keyset-paged, read-only listings of waiting and in-flight rows (internal).
+
+Waiting rows are listed in the order receive takes them, ``(available_at, id)``, which
+is the ``messages_ready`` index ``(queue, available_at, id) WHERE owner IS NULL``: a
+page is one index range scan of ``limit`` entries from the cursor, however long the
+queue. The cursor is ``<available_at in microseconds since the epoch>.<id>``, exact
+integers both (no float rounding of a timestamp). A released message gets a new
+``available_at``, so it is listed at the back, as receive would take it.
+
+In-flight rows are listed by id (their ``expires_at`` moves with every heartbeat, so
+it would make an unstable cursor); the cursor is the id. A page reads the queue's
+leased rows through ``messages_leased`` and sorts them: its cost is the number in
+flight, which the workers' pool sizes bound.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from taskrunner.queue import BrowsedMessage, BrowseState, check_browse
+
+from .db import Database
+from .scheduling import parse_message_id
+
+__all__ = ["PostgresBrowser"]
+
+_COLUMNS = """
+    m.id,
+    (extract(epoch FROM m.available_at) * 1000000)::bigint AS at_us,
+    m.body, m.delivery_count,
+    extract(epoch FROM m.added_at)::float8 AS added_at,
+    m.owner,
+    greatest(0, extract(epoch FROM (clock_timestamp() - m.leased_at)))::float8 AS idle,
+    m.lease_seconds
+FROM {s}.messages m
+"""
+
+_WAITING_FIRST = (
+    "SELECT"
+    + _COLUMNS
+    + """WHERE m.queue = %(q)s AND m.owner IS NULL AND m.available_at <= clock_timestamp()
+ORDER BY m.available_at, m.id
+LIMIT %(limit)s
+"""
+)
+
+_WAITING_AFTER = (
+    "SELECT"
+    + _COLUMNS
+    + """WHERE m.queue = %(q)s AND m.owner IS NULL AND m.available_at <= clock_timestamp()
+  AND (m.available_at, m.id)
+      > (timestamptz 'epoch' + %(at_us)s * interval '1 microsecond', %(id)s::bigint)
+ORDER BY m.available_at, m.id
+LIMIT %(limit)s
+"""
+)
+
+_IN_FLIGHT = (
+    "SELECT"
+    + _COLUMNS
+    + """WHERE m.queue = %(q)s AND m.owner IS NOT NULL AND m.id > %(id)s::bigint
+ORDER BY m.id
+LIMIT %(limit)s
+"""
+)
+
+# <microseconds since the epoch, maybe negative>.<row id>
+_WAITING_CURSOR = re.compile(r"(-?[0-9]{1,19})\.([0-9]{1,19})")
+
+
+class PostgresBrowser:
+    """Pages of one queue's waiting and in-flight rows (`taskrunner.queue.MessageBrowser`).
+
+    Guarantees (on top of the protocol's):
+
+    * One ``SELECT`` per call, without locks: nothing is written, no row is locked,
+      so a receive running at the same time is neither blocked nor changed.
+    * Waiting means what receive takes: not leased and ``available_at`` passed on the
+      server's clock (a delayed message is listed from its due time on).
+    * ``delivery_count`` counts grants; ``idle_seconds`` is the time since the grant or
+      last heartbeat and ``lease_seconds`` the lease granted, on the server's clock.
+
+    Args:
+        db: The backend's `Database`.
+        queue: The queue's name.
+        check_open: Raises `QueueClosedError` once the queue handle is closed.
+    """
+
+    def __init__(self, db: Database, queue: str, *, check_open: Callable[[], None]) -> None:
+        self._db = db
+        self._queue = queue
+        self._check_open = check_open
+        self._waiting_first = db.sql(_WAITING_FIRST)
+        self._waiting_after = db.sql(_WAITING_AFTER)
+        self._in_flight = db.sql(_IN_FLIGHT)
+
+    async def browse(
+        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+    ) -> list[BrowsedMessage]:
+        """Up to `limit` rows in `state` after cursor `after`, in cursor order.
+
+        Raises:
+            ValueError: See `taskrunner.queue.MessageBrowser.browse`; `after` must be a
+                cursor of this backend (``<us>.<id>`` waiting, a message id in flight).
+        """
+        check_browse(state, limit)
+        params: dict[str, Any] = {"q": self._queue, "limit": limit}
+        if state == "in_flight":
+            query = self._in_flight
+            params["id"] = 0
+            if after is not None:
+                row_id = parse_message_id(after)
+                if row_id is None:
+                    raise ValueError(f"after must be a message id of this queue, got {after!r:.60}")
+                params["id"] = row_id
+        elif after is None:
+            query = self._waiting_first
+        else:
+            found = _WAITING_CURSOR.fullmatch(after)
+            row_id = None if found is None else parse_message_id(found.group(2))
+            if found is None or row_id is None:
+                raise ValueError(
+                    f"after must be a waiting cursor of this queue (<us>.<id>), got {after!r:.60}"
+                )
+            query = self._waiting_after
+            params["at_us"], params["id"] = int(found.group(1)), row_id
+        self._check_open()
+        rows = await self._db.fetch("browse", query, params, binary=True)
+        return [_browsed(state, row) for row in rows]
+
+
+def _browsed(state: BrowseState, row: Sequence[Any]) -> BrowsedMessage:
+    row_id, at_us, body, count, added_at, owner, idle, lease = row
+    leased = state == "in_flight"
+    return BrowsedMessage(
+        cursor=str(row_id) if leased else f"{int(at_us)}.{row_id}",
+        message_id=str(row_id),
+        body=bytes(body),
+        delivery_count=int(count),
+        added_at=None if added_at is None else float(added_at),
+        consumer=str(owner) if leased else None,
+        idle_seconds=None if not leased or idle is None else float(idle),
+        lease_seconds=None if not leased or lease is None else float(lease),
+    )

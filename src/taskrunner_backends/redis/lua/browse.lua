@@ -1,0 +1,89 @@
+-- A page of the waiting or in-flight messages, read-only (nothing is written).
+--
+-- KEYS: 1 stream
+-- ARGV: 1 group, 2 "waiting" | "in_flight", 3 cursor (a stream entry id; "" = from the
+--       first), 4 limit (count, checked by the caller)
+-- Returns 5 values per entry, in entry-id order: entry id, its field list (false when
+--       the entry is gone), then for in_flight: group consumer, idle ms, PEL count
+--       (false for waiting).
+--
+-- Acked entries are deleted, so the stream holds only in-flight entries (up to the
+-- group's last-delivered id, each one in the PEL) and waiting ones (after it). A page
+-- of waiting ones is one XRANGE from the later of the cursor and that id; a page in
+-- flight one XPENDING from the cursor plus one XRANGE per entry for its fields.
+-- Neither touches an idle time, an owner or a delivery count.
+
+local stream = KEYS[1]
+local group, state, after, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+
+local out = {}
+if redis.call('EXISTS', stream) == 0 then
+  return out
+end
+
+local last = nil
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  for i = 1, #g, 2 do
+    if g[i] == 'name' and g[i + 1] == group then
+      for j = 1, #g, 2 do
+        if g[j] == 'last-delivered-id' then
+          last = g[j + 1]
+        end
+      end
+    end
+  end
+end
+
+-- Stream ids compared part by part as decimal text (no float rounding of 64-bit parts).
+local function less(a, b)
+  local am, as = string.match(a, '^(%d+)%-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)%-(%d+)$')
+  local function lt(x, y)
+    if #x ~= #y then
+      return #x < #y
+    end
+    return x < y
+  end
+  if am ~= bm then
+    return lt(am, bm)
+  end
+  return lt(as, bs)
+end
+
+local function emit(id, fields, consumer, idle, count)
+  local n = #out
+  out[n + 1] = id
+  out[n + 2] = fields or false
+  out[n + 3] = consumer or false
+  out[n + 4] = idle or false
+  out[n + 5] = count or false
+end
+
+if state == 'waiting' then
+  -- No group yet: nothing was delivered, every entry waits.
+  local start = last or '0-0'
+  if after ~= '' and less(start, after) then
+    start = after
+  end
+  for _, e in ipairs(redis.call('XRANGE', stream, '(' .. start, '+', 'COUNT', limit)) do
+    emit(e[1], e[2])
+  end
+  return out
+end
+
+if last == nil then
+  return out
+end
+local from = '-'
+if after ~= '' then
+  from = '(' .. after
+end
+for _, p in ipairs(redis.call('XPENDING', stream, group, from, '+', limit)) do
+  local r = redis.call('XRANGE', stream, p[1], p[1])
+  local fields = false
+  if #r > 0 then
+    fields = r[1][2]
+  end
+  emit(p[1], fields, p[2], p[3], p[4])
+end
+return out
