@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from taskrunner import App, Producer, Runner
+from taskrunner import App, Producer
 from taskrunner.attempt_log import LOGGER_NAME, AttemptLogger
 from taskrunner.attempts import Attempt, Outcome
 from taskrunner.logs import DeliveryFormatter, JsonFormatter
-from taskrunner.testing import FakeClock
+from taskrunner.testing import FakeClock, run_until_idle
 from taskrunner_backends.memory import InMemoryQueue
 
-from .support import config, run_burst
+from .support import config
 
 WALL = 1_767_225_600.0
 
@@ -210,7 +210,7 @@ def test_a_url_password_in_an_error_is_masked_in_json() -> None:
 
 
 async def test_a_runner_logs_each_finished_attempt() -> None:
-    clock = FakeClock(wall_start=WALL)
+    clock = FakeClock(wall_start=WALL, autojump=True)
     app = App("tests")
     queue = InMemoryQueue(clock=clock)
 
@@ -226,7 +226,9 @@ async def test_a_runner_logs_each_finished_attempt() -> None:
     ok_id = await producer.dispatch(ok)
     bad_id = await producer.dispatch(bad)
     with _recorded(logging.DEBUG) as handler:
-        await run_burst(Runner(queue, app, config(retry_base_seconds=1.0), clock=clock), clock)
+        await run_until_idle(
+            app, queue, clock=clock, fail_fast=False, config=config(retry_base_seconds=1.0)
+        )
 
     lines = handler.json()
     [success] = [line for line in lines if line["message_id"] == ok_id]

@@ -18,7 +18,7 @@ from taskrunner import (
     TaskFailure,
     current_task,
 )
-from taskrunner.testing import FakeClock
+from taskrunner.testing import FakeClock, run_until_idle
 from taskrunner_backends.memory import InMemoryQueue
 
 from .support import config, eventually, make, run_burst, running
@@ -66,7 +66,7 @@ async def test_failing_task_runs_exactly_max_retries_plus_one_times(max_retries:
 
 
 async def test_retries_wait_an_exponential_backoff() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     times: list[float] = []
 
@@ -76,7 +76,9 @@ async def test_retries_wait_an_exponential_backoff() -> None:
         raise RuntimeError("try later")
 
     await Producer(queue, app, clock=clock).dispatch(flaky)
-    await run_burst(Runner(queue, app, config(retry_base_seconds=2.0), clock=clock), clock)
+    await run_until_idle(
+        app, queue, clock=clock, fail_fast=False, config=config(retry_base_seconds=2.0)
+    )
 
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     # Equal jitter: retry n waits between half and all of min(max, base * 2**(n-1)).
@@ -84,7 +86,7 @@ async def test_retries_wait_an_exponential_backoff() -> None:
 
 
 async def test_last_failure_is_dead_lettered_with_the_reason_by_default() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task(max_retries=1)
@@ -92,7 +94,7 @@ async def test_last_failure_is_dead_lettered_with_the_reason_by_default() -> Non
         raise ValueError(f"cannot ship {order.sku}")
 
     await Producer(queue, app, clock=clock).dispatch(broken, Order(sku="x-1", quantity=2))
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     (dead,) = queue.dead_letters()
     assert dead.reason == "attempt 2 of 2 failed: ValueError: cannot ship x-1"
@@ -101,7 +103,7 @@ async def test_last_failure_is_dead_lettered_with_the_reason_by_default() -> Non
 
 
 async def test_handler_that_raises_leads_to_a_dead_letter_not_a_loss() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task(max_retries=0)
@@ -112,7 +114,9 @@ async def test_handler_that_raises_leads_to_a_dead_letter_not_a_loss() -> None:
         raise OSError("pager is down")
 
     await Producer(queue, app, clock=clock).dispatch(broken)
-    await run_burst(Runner(queue, app, config(failed_task_handler=bad_handler), clock=clock), clock)
+    await run_until_idle(
+        app, queue, clock=clock, fail_fast=False, config=config(failed_task_handler=bad_handler)
+    )
 
     (dead,) = queue.dead_letters()
     assert dead.reason == (
@@ -159,7 +163,7 @@ async def test_error_text_no_backend_can_store_is_escaped_and_dead_lettered_at_o
 
 
 async def test_poison_unknown_and_wrongly_typed_messages_are_dead_lettered_once() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     shipped: list[str] = []
     handled: list[str] = []
@@ -181,7 +185,9 @@ async def test_poison_unknown_and_wrongly_typed_messages_are_dead_lettered_once(
         handled.append(failure.reason)
         raise RuntimeError("let it be dead-lettered")
 
-    await run_burst(Runner(queue, app, config(failed_task_handler=on_failure), clock=clock), clock)
+    await run_until_idle(
+        app, queue, clock=clock, fail_fast=False, config=config(failed_task_handler=on_failure)
+    )
 
     assert sorted(shipped) == sorted([f"a{i}" for i in range(5)] + [f"b{i}" for i in range(5)])
     reasons = sorted(dead.reason.split(";")[0] for dead in queue.dead_letters())
@@ -197,7 +203,7 @@ async def test_poison_unknown_and_wrongly_typed_messages_are_dead_lettered_once(
 
 
 async def test_message_larger_than_the_limit_is_dead_lettered() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     app.max_message_bytes = 100
 
@@ -206,14 +212,14 @@ async def test_message_larger_than_the_limit_is_dead_lettered() -> None:
         pass
 
     await queue.add([b"x" * 101])
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     (dead,) = queue.dead_letters()
     assert dead.reason == "message of 101 bytes exceeds max_message_bytes=100"
 
 
 async def test_delivered_too_often_is_given_up_without_running_again() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     runs: list[int] = []
 
@@ -230,7 +236,7 @@ async def test_delivered_too_often_is_given_up_without_running_again() -> None:
         ) or await queue.receive(consumer, max_messages=1, wait_seconds=0, lease_seconds=10)
         assert len(got) == 1
     await clock.advance(11)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     assert runs == []
     (dead,) = queue.dead_letters()
@@ -239,7 +245,7 @@ async def test_delivered_too_often_is_given_up_without_running_again() -> None:
 
 
 async def test_timeout_counts_as_a_failed_attempt() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     cancelled: list[bool] = []
 
@@ -252,7 +258,7 @@ async def test_timeout_counts_as_a_failed_attempt() -> None:
             raise
 
     await Producer(queue, app, clock=clock).dispatch(slow)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     assert cancelled == [True]
     (dead,) = queue.dead_letters()
@@ -389,7 +395,7 @@ async def test_a_crashing_fetcher_restarts_with_backoff() -> None:
 
 
 async def test_burst_returns_when_the_queue_is_empty_and_ids_come_back() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     seen: list[str] = []
 
@@ -400,7 +406,7 @@ async def test_burst_returns_when_the_queue_is_empty_and_ids_come_back() -> None
     producer = Producer(queue, app, clock=clock)
     ids = await producer.dispatch_many(record, range(50))
     ids.append(await producer.dispatch(record, 50))
-    await run_burst(Runner(queue, app, config(num_workers=7), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config(num_workers=7))
 
     assert sorted(seen) == sorted(ids)
     assert len(set(ids)) == 51

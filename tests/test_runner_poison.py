@@ -19,7 +19,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from taskrunner import App, Producer, Runner, TaskFailure, current_task
-from taskrunner.testing import FakeClock
+from taskrunner.testing import FakeClock, run_until_idle
 from taskrunner_backends.memory import InMemoryQueue
 
 from .support import LEASE, config, make, run_burst
@@ -211,7 +211,7 @@ async def test_delivery_count_over_every_tasks_allowance_is_given_up_before_deco
 
 async def test_delivery_count_within_the_runner_wide_cap_is_still_decoded() -> None:
     # The runner-wide cap is the largest allowance; the task's own cap still applies after.
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     runs: list[int] = []
 
@@ -233,7 +233,7 @@ async def test_delivery_count_within_the_runner_wide_cap_is_still_decoded() -> N
         ) or await queue.receive(consumer, max_messages=2, wait_seconds=0, lease_seconds=LEASE)
         assert len(got) == 2
     await clock.advance(LEASE + 1)
-    await run_burst(Runner(queue, app, config(max_retries=0), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config(max_retries=0))
 
     assert runs == [3]  # generous ran its third delivery; strict was given up
     (dead,) = queue.dead_letters()

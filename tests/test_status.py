@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from taskrunner import App, Producer, ResultWrite, Runner, TaskState, TaskStatus, current_task
-from taskrunner.testing import FakeClock
+from taskrunner.testing import FakeClock, run_until_idle
 from taskrunner_backends.memory import InMemoryQueue
 
 from .support import config, run_burst, running
@@ -177,7 +177,7 @@ class ResultsOnly(InMemoryQueue):
 
 
 async def test_without_lookup_a_stored_result_still_gives_the_final_state() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app = App("tests")
     queue = ResultsOnly(clock=clock)
     producer = Producer(queue, app, clock=clock)
@@ -188,7 +188,7 @@ async def test_without_lookup_a_stored_result_still_gives_the_final_state() -> N
 
     message_id = await producer.dispatch(job)
     assert (await producer.status(message_id)).state is TaskState.UNKNOWN
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
     assert (await producer.status(message_id)).state is TaskState.SUCCEEDED
 
 

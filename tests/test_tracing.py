@@ -33,14 +33,13 @@ from taskrunner import (
     Outcome,
     PayloadValidationError,
     Producer,
-    Runner,
     current_task,
     tracing,
 )
 from taskrunner.producer import encode_message
-from taskrunner.testing import FakeClock
+from taskrunner.testing import FakeClock, run_until_idle
 
-from .support import config, make, run_burst
+from .support import config, make
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,7 +105,7 @@ def no_observer_errors(caplog: pytest.LogCaptureFixture) -> None:
 async def test_execution_span_is_a_child_of_the_dispatch_span_in_the_same_trace(
     traces: Traces,
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     seen: list[dict[str, str]] = []
 
@@ -115,7 +114,7 @@ async def test_execution_span_is_a_child_of_the_dispatch_span_in_the_same_trace(
         seen.append(dict(current_task().headers))
 
     message_id = await Producer(queue, app, clock=clock).dispatch(ship, Order("x-1", 2))
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     send = traces.one("send tests")
     process = traces.one("process tests")
@@ -161,7 +160,7 @@ async def test_execution_span_is_a_child_of_the_dispatch_span_in_the_same_trace(
 
 
 async def test_a_span_the_task_opens_is_a_child_of_the_process_span(traces: Traces) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task
@@ -170,7 +169,7 @@ async def test_a_span_the_task_opens_is_a_child_of_the_process_span(traces: Trac
             pass
 
     await Producer(queue, app, clock=clock).dispatch(work)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     inside = traces.one("inside")
     process = traces.one("process tests")
@@ -183,7 +182,7 @@ async def test_a_span_the_task_opens_is_a_child_of_the_process_span(traces: Trac
 async def test_a_span_opened_in_a_plain_def_tasks_thread_sees_the_process_span(
     traces: Traces,
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     threads: list[int] = []
 
@@ -194,7 +193,7 @@ async def test_a_span_opened_in_a_plain_def_tasks_thread_sees_the_process_span(
             pass
 
     await Producer(queue, app, clock=clock).dispatch(blocking)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert threads != [threading.get_ident()]
     assert parent_of(traces.one("in thread")) == ids(traces.one("process tests"))
@@ -203,7 +202,7 @@ async def test_a_span_opened_in_a_plain_def_tasks_thread_sees_the_process_span(
 async def test_a_span_in_an_async_task_with_a_timeout_sees_the_process_span(
     traces: Traces,
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task(timeout_seconds=30)
@@ -212,7 +211,7 @@ async def test_a_span_in_an_async_task_with_a_timeout_sees_the_process_span(
             pass
 
     await Producer(queue, app, clock=clock).dispatch(bounded)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert parent_of(traces.one("bounded")) == ids(traces.one("process tests"))
 
@@ -220,7 +219,7 @@ async def test_a_span_in_an_async_task_with_a_timeout_sees_the_process_span(
 async def test_a_failing_task_gives_an_error_status_and_an_exception_event(
     traces: Traces,
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task(max_retries=0)
@@ -228,7 +227,7 @@ async def test_a_failing_task_gives_an_error_status_and_an_exception_event(
         raise ValueError("cannot ship x-1")
 
     await Producer(queue, app, clock=clock).dispatch(broken)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     process = traces.one("process tests")
     assert process.status.status_code is StatusCode.ERROR
@@ -245,7 +244,7 @@ async def test_a_failing_task_gives_an_error_status_and_an_exception_event(
 
 
 async def test_each_retry_is_its_own_process_span_in_the_dispatch_trace(traces: Traces) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task(max_retries=3)
@@ -254,7 +253,7 @@ async def test_each_retry_is_its_own_process_span_in_the_dispatch_trace(traces: 
             raise RuntimeError("try later")
 
     await Producer(queue, app, clock=clock).dispatch(flaky)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     send = traces.one("send tests")
     processes = sorted(
@@ -280,7 +279,7 @@ async def test_each_retry_is_its_own_process_span_in_the_dispatch_trace(traces: 
 
 
 async def test_dispatch_many_is_one_send_span_with_the_batch_count(traces: Traces) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task
@@ -290,7 +289,7 @@ async def test_dispatch_many_is_one_send_span_with_the_batch_count(traces: Trace
     sent = await Producer(queue, app, clock=clock).dispatch_many(
         ship, [Order(f"x-{n}", n) for n in range(3)]
     )
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     send = traces.one("send tests")
     assert (send.attributes or {})["messaging.batch.message_count"] == 3
@@ -334,7 +333,7 @@ async def test_a_failed_dispatch_is_recorded_on_its_span_and_raised(traces: Trac
 
 
 async def test_the_callers_own_traceparent_wins_over_the_injected_one(traces: Traces) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task
@@ -342,7 +341,7 @@ async def test_the_callers_own_traceparent_wins_over_the_injected_one(traces: Tr
         pass
 
     await Producer(queue, app, clock=clock).dispatch(work, headers={"traceparent": CUSTOM})
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     process = traces.one("process tests")
     assert parent_of(process) == CUSTOM_IDS
@@ -350,7 +349,7 @@ async def test_the_callers_own_traceparent_wins_over_the_injected_one(traces: Tr
 
 
 async def test_the_producers_baggage_is_current_in_the_task(traces: Traces) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     seen: list[object] = []
 
@@ -363,14 +362,14 @@ async def test_the_producers_baggage_is_current_in_the_task(traces: Traces) -> N
         await Producer(queue, app, clock=clock).dispatch(work)
     finally:
         otel_context.detach(token)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert seen == ["acme"]
     assert parent_of(traces.one("process tests")) == ids(traces.one("send tests"))
 
 
 async def test_an_unsampled_dispatch_leaves_its_attempts_unsampled(traces: Traces) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     seen: list[trace.SpanContext] = []
 
@@ -380,7 +379,7 @@ async def test_an_unsampled_dispatch_leaves_its_attempts_unsampled(traces: Trace
 
     unsampled = CUSTOM.removesuffix("-01") + "-00"
     await Producer(queue, app, clock=clock).dispatch(work, headers={"traceparent": unsampled})
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     # The SDK's default sampler follows the parent; the task still runs in its trace.
     assert traces.named("process tests") == []
@@ -390,7 +389,7 @@ async def test_an_unsampled_dispatch_leaves_its_attempts_unsampled(traces: Trace
 
 
 async def test_a_message_without_trace_context_starts_a_new_trace(traces: Traces) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task
@@ -398,7 +397,7 @@ async def test_a_message_without_trace_context_starts_a_new_trace(traces: Traces
         pass
 
     await queue.add([encode_message(app, work, None, clock=clock)])
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     process = traces.one("process tests")
     assert process.parent is None
@@ -428,7 +427,7 @@ HOSTILE = {
 async def test_hostile_trace_headers_start_a_new_trace_without_raising(
     traces: Traces, caplog: pytest.LogCaptureFixture, headers: dict[str, str]
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     ran: list[int] = []
 
@@ -439,7 +438,7 @@ async def test_hostile_trace_headers_start_a_new_trace_without_raising(
     # The caller's headers win, so these replace the dispatch span's own context.
     await Producer(queue, app, clock=clock).dispatch(work, headers=headers)
     with caplog.at_level(logging.WARNING):
-        await run_burst(Runner(queue, app, config(), clock=clock), clock)
+        await run_until_idle(app, queue, clock=clock, config=config())
 
     assert ran == [1]
     process = traces.one("process tests")
@@ -453,7 +452,7 @@ async def test_hostile_trace_headers_start_a_new_trace_without_raising(
 async def test_a_valid_traceparent_with_a_broken_tracestate_keeps_the_parent(
     traces: Traces, tracestate: str
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
 
     @app.task
@@ -462,7 +461,7 @@ async def test_a_valid_traceparent_with_a_broken_tracestate_keeps_the_parent(
 
     headers = {"traceparent": CUSTOM, "tracestate": tracestate}
     await Producer(queue, app, clock=clock).dispatch(work, headers=headers)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     process = traces.one("process tests")
     assert parent_of(process) == CUSTOM_IDS
@@ -471,10 +470,10 @@ async def test_a_valid_traceparent_with_a_broken_tracestate_keeps_the_parent(
 
 
 async def test_a_body_that_is_no_envelope_gets_a_root_span_with_an_error(traces: Traces) -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     await queue.add([b"not an envelope"])
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, fail_fast=False, config=config())
 
     process = traces.one("process tests")
     assert process.parent is None
@@ -669,7 +668,7 @@ async def test_without_opentelemetry_the_runner_traces_nothing(
     monkeypatch: pytest.MonkeyPatch, traces: Traces
 ) -> None:
     monkeypatch.setattr(tracing, "OTEL_AVAILABLE", False)
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     seen: list[dict[str, str]] = []
 
@@ -678,7 +677,7 @@ async def test_without_opentelemetry_the_runner_traces_nothing(
         seen.append(dict(current_task().headers))
 
     await Producer(queue, app, clock=clock).dispatch(work)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
     assert seen == [{}]
     assert traces.spans() == []
 
@@ -711,7 +710,7 @@ def test_without_an_sdk_dispatching_passes_the_callers_context_on() -> None:
 
 @pytest.mark.usefixtures("no_sdk")
 async def test_without_an_sdk_the_task_runs_in_the_creation_context() -> None:
-    clock = FakeClock()
+    clock = FakeClock(autojump=True)
     app, queue = make(clock)
     seen: list[trace.SpanContext] = []
 
@@ -721,7 +720,7 @@ async def test_without_an_sdk_the_task_runs_in_the_creation_context() -> None:
 
     await Producer(queue, app, clock=clock).dispatch(work, headers={"traceparent": CUSTOM})
     await Producer(queue, app, clock=clock).dispatch(work)
-    await run_burst(Runner(queue, app, config(), clock=clock), clock)
+    await run_until_idle(app, queue, clock=clock, config=config())
 
     assert [(c.trace_id, c.span_id) for c in seen if c.is_valid] == [CUSTOM_IDS]
     assert len(seen) == 2
