@@ -5,7 +5,8 @@ section 5) so results can be compared with it; ids X1-X39 are guarantees of
 `taskrunner.queue.Queue` that the reference does not number, X40-X48 those of the
 optional `taskrunner.queue.Scheduling` part, X50-X55 those of
 `taskrunner.queue.Leadership`, X60-X66 those of `taskrunner.queue.ResultStore` and
-X70-X75 those of `taskrunner.queue.MessageLookup`. Where the contract lacks the
+X70-X75 those of `taskrunner.queue.MessageLookup` and X80-X84 those of
+`taskrunner.queue.MessageBrowser`. Where the contract lacks the
 mechanism a reference property assumes, the property is adapted and its ``adapted``
 note says how; the conformance report prints that note.
 
@@ -718,6 +719,46 @@ PROPERTIES += (
         "acked, cancelled, purged, deleted, unknown and malformed ids have no state (None, "
         "never an error); a batch is answered in order, duplicates too",
         "capabilities.lookup + queue.lookup",
+    ),
+)
+
+# The optional MessageBrowser part (cases/browse.py): keyset-paged listings.
+PROPERTIES += (
+    Property(
+        "X80",
+        "browse_waiting_pages",
+        "waiting messages are listed once each with their body and count, paged by 5, "
+        "by 1 and in one page of the cap alike, in add order on a FIFO backend; leased "
+        "ones leave the listing and a released one comes back with its count",
+        "capabilities.browse + queue.browse",
+    ),
+    Property(
+        "X81",
+        "browse_in_flight",
+        "leased messages are listed once each with their holder, count, body, idle time "
+        "and lease; lapsed but not reclaimed, and reclaimed by another consumer (count + 1)",
+        "capabilities.browse + queue.browse",
+    ),
+    Property(
+        "X82",
+        "browse_read_only",
+        "browsing changes no stats, no lease (a heartbeat holds; a lapsed lease browsed "
+        "is still reclaimed) and no delivery count (receive then gets count 1)",
+        "capabilities.browse + queue.browse",
+    ),
+    Property(
+        "X83",
+        "browse_not_listed",
+        "acked, dead-lettered, released-with-delay and delayed-added messages are in "
+        "neither listing",
+        "capabilities.browse + queue.browse",
+    ),
+    Property(
+        "X84",
+        "browse_arguments",
+        "limits below 1 or above the cap, unknown states and malformed cursors raise "
+        "ValueError and change nothing; a closed handle raises QueueClosedError",
+        "capabilities.browse + queue.browse",
     ),
 )
 

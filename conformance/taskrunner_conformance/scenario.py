@@ -27,12 +27,14 @@ from taskrunner.queue import (
     ConsumerCleanup,
     Delivery,
     Leadership,
+    MessageBrowser,
     MessageLookup,
     Queue,
     QueueAdmin,
     ResultStore,
     Scheduling,
     WorkerRegistry,
+    browse_of,
     leadership_of,
     lookup_of,
     results_of,
@@ -237,6 +239,18 @@ class Scenario:
         part = lookup_of(queue or self.queue)
         assert part is not None, (
             "the backend claims capabilities.lookup but lookup_of(queue) is None"
+        )
+        return part
+
+    def require_browse(self, queue: Queue | None = None) -> MessageBrowser:
+        """`browse_of(queue)`; skip unless ``capabilities.browse`` is claimed.
+
+        Claimed with no part fails the test, as in `require_scheduling`.
+        """
+        self.require_capability("browse")
+        part = browse_of(queue or self.queue)
+        assert part is not None, (
+            "the backend claims capabilities.browse but browse_of(queue) is None"
         )
         return part
 
@@ -489,6 +503,7 @@ def optional_parts(queue: Queue) -> list[str]:
             ("leadership", leadership_of(queue)),
             ("results", results_of(queue)),
             ("lookup", lookup_of(queue)),
+            ("browse", browse_of(queue)),
         )
         if part is not None
     ]

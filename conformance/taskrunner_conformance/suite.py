@@ -7,6 +7,7 @@ from .cases.admin import AdminCases
 from .cases.arguments import ArgumentCases
 from .cases.batches import BatchCases
 from .cases.boundaries import BoundaryCases
+from .cases.browse import BrowseCases
 from .cases.cleanup import CleanupCases
 from .cases.closed_handles import ClosedHandleCases
 from .cases.concurrency import ConcurrencyCases
@@ -56,6 +57,7 @@ class QueueConformance(
     ResultCases,
     ClosedWhileWaitingCases,
     LookupCases,
+    BrowseCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 

@@ -6,7 +6,14 @@ import inspect
 
 import pytest
 
-from taskrunner.queue import Leadership, MessageLookup, Queue, ResultStore, Scheduling
+from taskrunner.queue import (
+    Leadership,
+    MessageBrowser,
+    MessageLookup,
+    Queue,
+    ResultStore,
+    Scheduling,
+)
 from taskrunner_conformance import PROPERTIES, QueueConformance
 from taskrunner_conformance.properties import contract_sentences, contract_test_name
 
@@ -30,7 +37,9 @@ def test_every_contract_sentence_has_a_test_named_after_it() -> None:
 
 
 @pytest.mark.parametrize(
-    "part", [Scheduling, Leadership, ResultStore, MessageLookup], ids=lambda part: part.__name__
+    "part",
+    [Scheduling, Leadership, ResultStore, MessageLookup, MessageBrowser],
+    ids=lambda part: part.__name__,
 )
 def test_every_sentence_of_an_optional_part_has_a_test_named_after_it(part: type) -> None:
     sentences = contract_sentences(part.__doc__ or "")
