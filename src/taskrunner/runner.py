@@ -143,8 +143,9 @@ class Runner:
         self._left: list[Lease] = []
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
-        # Each worker task and the lease it carries.
-        self._running: dict[asyncio.Task[None], Lease] = {}
+        # Each lease being carried and its worker task (keyed by the lease, so a
+        # finishing worker finds its entry without asking asyncio for the current task).
+        self._running: dict[Lease, asyncio.Task[None]] = {}
         self._tg: asyncio.TaskGroup | None = None
         self._started = False
         self.fetchers: list[Fetcher] = []
@@ -219,7 +220,7 @@ class Runner:
         After `run` returned from a forced stop, the threads it left behind: their
         messages stay leased until the leases lapse, so the process should exit soon.
         """
-        leases = [*self._running.values(), *self._left]
+        leases = [*self._running, *self._left]
         return [_task_name(lease) for lease in leases if _thread_running(lease)]
 
     def stats(self) -> RunnerStats:
@@ -400,16 +401,19 @@ class Runner:
         assert self._tg is not None
         now = self._clock.monotonic()
         started = 0
+        leases = self._leases
+        running = self._running
+        create_task = self._tg.create_task
         for delivery in deliveries:
-            held = self._leases.holding(delivery.message_id)
+            held = leases.holding(delivery.message_id)
             if held is not None:
                 adopt(held, delivery, now, self._stats)
                 continue
             self._pool.start()
             started += 1
-            lease = self._leases.add(delivery, now)
-            task = self._tg.create_task(self._run_one(lease))
-            self._running[task] = lease
+            lease = leases.add(delivery, now)
+            running[lease] = create_task(self._run_one(lease))
+        if started:
             self._idle.clear()
         self._pool.unreserve(reserved - started)
 
@@ -428,10 +432,9 @@ class Runner:
         finally:
             self._leases.remove(lease)
             self._pool.finish()
-            current = asyncio.current_task()
-            if current is not None:
-                self._running.pop(current, None)
-            if not self._running:
+            running = self._running
+            running.pop(lease, None)
+            if not running:
                 self._idle.set()
 
     async def _shut_down(
@@ -451,16 +454,18 @@ class Runner:
                 self.config.drain_timeout_seconds,
             )
             await wait_event(self._clock, self._idle, self.config.drain_timeout_seconds)
-        threads = {task: lease for task, lease in self._running.items() if _thread_running(lease)}
+        threads = {task: lease for lease, task in self._running.items() if _thread_running(lease)}
         # A task whose code returned and whose ack, release or dead-letter is on its way
         # (waiting out an outage, say) has nothing left to cut short; cancelling it
         # would drop that call and run the message again after its lease.
         settling = [
             task
-            for task, lease in self._running.items()
+            for lease, task in self._running.items()
             if lease.settling and task not in threads and not self._force.is_set()
         ]
-        others = [task for task in self._running if task not in threads and task not in settling]
+        others = [
+            task for task in self._running.values() if task not in threads and task not in settling
+        ]
         if others:
             _log.warning("cancelling %d async task(s) still running", len(others))
             for task in others:
@@ -492,8 +497,8 @@ class Runner:
                 finished.cancel()
                 forced.cancel()
         if self._running:
-            self._left = [lease for lease in self._running.values() if _thread_running(lease)]
-            remaining = list(self._running)
+            self._left = [lease for lease in self._running if _thread_running(lease)]
+            remaining = list(self._running.values())
             for task in remaining:
                 task.cancel()
             await asyncio.wait(remaining)
