@@ -232,11 +232,34 @@ def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots:
     wait.until(lambda _: cell("workers") == "4 (4)")
     driver.save_screenshot(str(shots / "dashboard-overview.png"))
 
+    # The queue page, in a second tab: the waiting and in-flight messages one by one.
+    overview_tab = driver.current_window_handle
+    driver.switch_to.new_window("tab")
+    driver.get(live.base + "/queues/emails")
+    waiting = driver.find_elements(By.CSS_SELECTOR, "#waiting tbody tr")
+    in_flight = driver.find_elements(By.CSS_SELECTOR, "#in-flight tbody tr")
+    assert len(waiting) == TASKS - 4
+    assert len(in_flight) == 4
+    assert "emails.send" in waiting[0].text
+    assert "Showing at most 50 per page" in driver.find_element(By.ID, "main").text
+    driver.save_screenshot(str(shots / "dashboard-queue.png"))
+    queue_tab = driver.current_window_handle
+    driver.switch_to.window(overview_tab)
+
     # The numbers change while the worker runs, without reloading the page.
     live.open_gate()
     wait.until(lambda _: cell("ready") == "0" and cell("in_flight") == "0")
     wait.until(lambda d: d.find_element(By.ID, "rate-completed").text not in ("-", "unknown"))
     driver.save_screenshot(str(shots / "dashboard-overview-drained.png"))
+
+    # The queue page refreshed itself too (no reload): both lists emptied.
+    driver.switch_to.window(queue_tab)
+    wait.until(lambda d: d.find_element(By.ID, "ready").text == "0")
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#waiting tbody tr"))
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#in-flight tbody tr"))
+    assert driver.find_element(By.CSS_SELECTOR, "section[data-state=waiting] .empty").is_displayed()
+    driver.close()
+    driver.switch_to.window(overview_tab)
 
     # Keyboard: the first Tab reaches the skip link.
     driver.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
@@ -274,6 +297,11 @@ def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots:
     # The retried bounce fails again and comes back under a new id, or has not yet.
     assert len(dead_ids()) in (1, 2)
     driver.save_screenshot(str(shots / "dashboard-dead-letters.png"))
+    # The list refreshes itself: the bounce's new dead letter appears without a reload.
+    wait.until(lambda _: len(dead_ids()) == 2)
+    assert first not in dead_ids()
+    assert driver.find_element(By.ID, "dead-count").text.startswith("2 dead letter(s)")
 
-    for name in ("overview", "overview-drained", "dead-letter", "confirm", "dead-letters"):
+    shown = ("overview", "overview-drained", "queue", "dead-letter", "confirm", "dead-letters")
+    for name in shown:
         assert (shots / f"dashboard-{name}.png").stat().st_size > 1000

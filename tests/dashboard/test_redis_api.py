@@ -55,3 +55,39 @@ async def test_retry_all_through_the_api_on_redis(redis_queue: RedisStreamsQueue
 
     assert done.status_code == 303
     assert (row["ready"], row["dead"]) == (2, 0)
+
+
+async def test_messages_of_a_redis_queue_are_paged_by_entry_id(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    ids = await redis_queue.add([b"r0", b"r1", b"r2", b"r3", b"r4"])
+    held = await redis_queue.receive("c1", max_messages=2, wait_seconds=0, lease_seconds=30)
+    # Released: a new stream entry at the end, listed there under its own id, count 1.
+    assert await redis_queue.release(held[:1]) == []
+    board = _board(redis_queue)
+    async with client(board) as http:
+        first = (await http.get("/api/queues/q/messages?state=waiting&limit=2")).json()
+        after = first["next_after"]
+        second = await http.get(f"/api/queues/q/messages?state=waiting&limit=2&after={after}")
+        in_flight = (await http.get("/api/queues/q/messages?state=in_flight")).json()
+        page = await http.get("/queues/q")
+
+    assert [m["id"] for m in first["messages"]] == ids[2:4]
+    assert after == ids[3]  # a never-released message's cursor is its entry id
+    rest = second.json()["messages"]
+    assert [(m["id"], m["delivery_count"]) for m in rest] == [(ids[4], 0), (ids[0], 1)]
+    assert rest[1]["cursor"] != ids[0]  # the released copy is a newer entry
+    assert second.json()["next_after"] is None
+    [leased] = in_flight["messages"]
+    assert (leased["id"], leased["owner"], leased["delivery_count"]) == (ids[1], "c1", 1)
+    assert leased["lease_seconds"] == 30
+    assert leased["task"] is None  # raw bytes, not an envelope
+    assert page.status_code == 200
+    assert f'<th scope="row">{ids[1]}</th>' in page.text
+    # Browsing took nothing: the rest comes to the next receive, counts unchanged.
+    got = await redis_queue.receive("c2", max_messages=10, wait_seconds=0, lease_seconds=30)
+    assert sorted((d.message_id, d.delivery_count) for d in got) == sorted(
+        [(ids[0], 2), (ids[2], 1), (ids[3], 1), (ids[4], 1)]
+    )
+    assert await redis_queue.heartbeat([held[1]]) == []
+    await board.queues.aclose()

@@ -20,21 +20,24 @@ import msgspec
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.codec import decode_envelope
 from taskrunner.errors import BackendError, DecodeError
-from taskrunner.queue import DeadLetter, Queue, QueueStats, WorkerInfo
+from taskrunner.queue import BrowsedMessage, DeadLetter, Queue, QueueStats, WorkerInfo
 from taskrunner.tuning import predicted_wait
 
 __all__ = [
     "DEAD_LETTERS_SHOWN",
     "MAX_OPEN",
+    "MESSAGES_SHOWN",
     "PAGE_SIZE",
     "WORKERS_SHOWN",
     "DeadLetterView",
+    "MessageView",
     "QueueRow",
     "QueueSet",
     "UnknownQueueError",
     "Sampler",
     "WorkerRow",
     "dead_letter_view",
+    "message_view",
     "page_bounds",
 ]
 
@@ -46,6 +49,11 @@ MAX_OPEN = 4 * PAGE_SIZE
 WORKERS_SHOWN = 100
 # Dead letters read per queue page: the admin API lists the oldest N, never all.
 DEAD_LETTERS_SHOWN = 100
+# Messages per page of a queue page's waiting and in-flight lists (the API allows more,
+# up to taskrunner.queue.BROWSE_LIMIT).
+MESSAGES_SHOWN = 50
+# Characters of a payload's JSON text a message list shows; the rest is cut.
+PAYLOAD_PREVIEW = 200
 # Throughput samples kept: 15 minutes at one sample per 2-second refresh.
 SAMPLE_WINDOW_SECONDS = 15 * 60
 
@@ -310,4 +318,68 @@ def dead_letter_view(letter: DeadLetter) -> DeadLetterView:
         enqueued_at=enqueued_at,
         payload=payload,
         body_base64=base64.b64encode(letter.body).decode(),
+    )
+
+
+class MessageView(msgspec.Struct, frozen=True, kw_only=True):
+    """A waiting or in-flight message with its envelope decoded where it decodes.
+
+    ``payload`` is the start of the payload's JSON text (at most `PAYLOAD_PREVIEW`
+    characters, ``payload_truncated`` says when cut; never evaluated, the pages
+    escape it); ``task`` is None for a body that is not a taskrunner envelope.
+    ``age_seconds`` is the time since the add; ``lease_remaining_seconds`` the time
+    until an in-flight lease lapses unless heartbeated (negative: lapsed, not yet
+    reclaimed).
+    """
+
+    id: str
+    cursor: str
+    task: str | None
+    task_id: str | None
+    delivery_count: int
+    added_at: float | None
+    age_seconds: float | None
+    owner: str | None
+    idle_seconds: float | None
+    lease_seconds: float | None
+    lease_remaining_seconds: float | None
+    payload: str | None
+    payload_truncated: bool
+    body_bytes: int
+
+
+def message_view(message: BrowsedMessage, now: float) -> MessageView:
+    """Decode `message`'s envelope; a body that is no envelope is shown by its size only."""
+    task = task_id = payload = None
+    truncated = False
+    added_at = message.added_at
+    try:
+        envelope = decode_envelope(message.body)
+    except DecodeError:
+        pass
+    else:
+        task, task_id = envelope.task, envelope.id
+        text = bytes(envelope.payload).decode("utf-8", errors="replace")
+        truncated = len(text) > PAYLOAD_PREVIEW
+        payload = text[:PAYLOAD_PREVIEW]
+        if added_at is None:
+            added_at = envelope.enqueued_at
+    remaining = None
+    if message.lease_seconds is not None and message.idle_seconds is not None:
+        remaining = message.lease_seconds - message.idle_seconds
+    return MessageView(
+        id=message.message_id,
+        cursor=message.cursor,
+        task=task,
+        task_id=task_id,
+        delivery_count=message.delivery_count,
+        added_at=added_at,
+        age_seconds=None if added_at is None else max(0.0, now - added_at),
+        owner=message.consumer,
+        idle_seconds=message.idle_seconds,
+        lease_seconds=message.lease_seconds,
+        lease_remaining_seconds=remaining,
+        payload=payload,
+        payload_truncated=truncated,
+        body_bytes=len(message.body),
     )

@@ -13,7 +13,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 import msgspec
@@ -30,6 +30,7 @@ from taskrunner.app import App
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.dashboard.data import (
     DEAD_LETTERS_SHOWN,
+    MESSAGES_SHOWN,
     PAGE_SIZE,
     WORKERS_SHOWN,
     QueueRow,
@@ -38,13 +39,14 @@ from taskrunner.dashboard.data import (
     UnknownQueueError,
     WorkerRow,
     dead_letter_view,
+    message_view,
     page_bounds,
     queue_row,
 )
 from taskrunner.dashboard.security import SESSION_COOKIE, Guard
 from taskrunner.errors import BackendError
 from taskrunner.producer import Producer
-from taskrunner.queue import leadership_of
+from taskrunner.queue import BROWSE_LIMIT, BrowseState, browse_of, leadership_of
 from taskrunner.scheduler import ELECTION
 
 __all__ = ["LOOPBACK_HOSTS", "REFRESH_SECONDS", "Dashboard", "create_app"]
@@ -128,6 +130,15 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _lease_left(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 0:
+        # Lapsed but not reclaimed yet: the holder may still heartbeat it back.
+        return f"lapsed {_age(-seconds)} ago"
+    return _age(seconds)
+
+
 def _when(moment: float | None) -> str:
     if moment is None:
         return "-"
@@ -147,6 +158,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(_HERE / "templates"), autoescape=True)
     env.filters["age"] = _age
     env.filters["when"] = _when
+    env.filters["lease_left"] = _lease_left
     templates = Jinja2Templates(env=env)
     d = dashboard
 
@@ -262,8 +274,22 @@ def create_app(dashboard: Dashboard) -> Starlette:
         status = None
         if message_id:
             status = await status_of(name, message_id)
+        _, limit = _browse_query(request)
+        waiting = await messages_data(
+            name, "waiting", request.query_params.get("waiting_after") or None, limit
+        )
+        in_flight = await messages_data(
+            name, "in_flight", request.query_params.get("in_flight_after") or None, limit
+        )
         return render(
-            request, "queue.html", name=name, data=data, status=status, message_id=message_id
+            request,
+            "queue.html",
+            name=name,
+            data=data,
+            status=status,
+            message_id=message_id,
+            waiting=waiting,
+            in_flight=in_flight,
         )
 
     async def status_of(name: str, message_id: str) -> dict[str, Any]:
@@ -280,6 +306,56 @@ def create_app(dashboard: Dashboard) -> Starlette:
     async def api_message(request: Request) -> Response:
         name = request.path_params["name"]
         return JSONResponse(await status_of(name, request.path_params["message_id"]))
+
+    async def messages_data(
+        name: str, state: BrowseState, after: str | None, limit: int
+    ) -> dict[str, Any]:
+        """One page of `state` messages: `limit` + 1 are read to know whether more follow."""
+        queue = await d.queues.get(name)
+        part = browse_of(queue) if queue.capabilities.browse else None
+        document: dict[str, Any] = {
+            "queue": name,
+            "state": state,
+            "supported": part is not None,
+            "after": after,
+            "limit": limit,
+            "cap": BROWSE_LIMIT,
+            "messages": [],
+            "next_after": None,
+        }
+        if part is None:
+            return document
+        try:
+            page = await part.browse(state, after=after, limit=min(limit + 1, BROWSE_LIMIT))
+        except ValueError as exc:
+            raise _BadRequestError(str(exc)) from None
+        # At the cap, a full page may be the last one: the next page is then empty.
+        more = len(page) > limit or len(page) == limit == BROWSE_LIMIT
+        page = page[:limit]
+        now = d.clock.time()
+        document["messages"] = [msgspec.to_builtins(message_view(m, now)) for m in page]
+        document["next_after"] = page[-1].cursor if more and page else None
+        return document
+
+    def _browse_query(request: Request) -> tuple[str | None, int]:
+        after = request.query_params.get("after") or None
+        text = request.query_params.get("limit", str(MESSAGES_SHOWN))
+        try:
+            limit = int(text)
+        except ValueError:
+            raise _BadRequestError(f"limit must be a whole number, got {text[:40]!r}") from None
+        if not 1 <= limit <= BROWSE_LIMIT:
+            raise _BadRequestError(f"limit must be from 1 to {BROWSE_LIMIT}, got {limit}")
+        return after, limit
+
+    @guarded
+    async def api_messages(request: Request) -> Response:
+        state = request.query_params.get("state", "waiting")
+        if state not in ("waiting", "in_flight"):
+            raise _BadRequestError(f"state must be waiting or in_flight, got {state[:40]!r}")
+        after, limit = _browse_query(request)
+        name = request.path_params["name"]
+        return JSONResponse(await messages_data(name, cast(BrowseState, state), after, limit))
 
     async def dead_data(request: Request) -> tuple[str, list[dict[str, Any]], bool]:
         name = request.path_params["name"]
@@ -453,6 +529,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
         Route("/api/queues/{name}", api_queue),
         Route("/api/queues/{name}/dead-letters", api_dead),
         Route("/api/queues/{name}/dead-letters/{dead_id}", dead_one),
+        Route("/api/queues/{name}/messages", api_messages),
         Route("/api/queues/{name}/messages/{message_id}", api_message),
         Route("/api/schedules", api_schedules),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
