@@ -6,12 +6,8 @@ Example::
         runner = taskrunner.Runner(queue, app, taskrunner.RunnerConfig(num_workers=50))
         await runner.run()            # until runner.stop(); burst=True: until empty
 
-Structure: one `asyncio.TaskGroup` owns every loop, and the runner tracks every running
-task itself (a worker task outside the group costs less per message: no done callback
-and its loop turn); `run` waits for or cancels each before it returns, so nothing
-outlives `Runner.run`, and an unexpected error anywhere is never silently dropped (a
-worker's non-`Exception` error is raised in the group, ending `run` as one of the
-group's own tasks would).
+Structure: one `asyncio.TaskGroup` owns every loop and every running task, so nothing
+outlives `Runner.run` and an unexpected error anywhere is never silently dropped.
 
 Shutdown (`Runner.stop`, or the CLI on SIGTERM/SIGINT): stop fetching (receives in
 progress are awaited, or cancelled where the backend says that is safe; what they
@@ -315,10 +311,6 @@ class Runner:
                     task.cancel()
                 await self._forget_consumers()
         finally:
-            if self._running:
-                # The group ended with an error (or `run` was cancelled) and cancelled
-                # its own tasks; the workers are not among them.
-                await self._cancel_workers()
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
             log_fields(_log, logging.INFO, "worker stopped", _stop_fields(self.stats()))
@@ -411,8 +403,7 @@ class Runner:
         started = 0
         leases = self._leases
         running = self._running
-        # Not the task group's create_task: see the module docstring (Structure).
-        create_task = asyncio.get_running_loop().create_task
+        create_task = self._tg.create_task
         for delivery in deliveries:
             held = leases.holding(delivery.message_id)
             if held is not None:
@@ -438,11 +429,6 @@ class Runner:
             # The executor settles every outcome itself; this is a bug. The message
             # comes back after its lease, and the other workers carry on.
             _log.exception("worker crashed; the message is redelivered after its lease")
-        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-            # Cancellation is the runner's own; the other two leave the event loop anyway.
-            raise
-        except BaseException as exc:
-            self._raise_in_group(exc)
         finally:
             self._leases.remove(lease)
             self._pool.finish()
@@ -450,22 +436,6 @@ class Runner:
             running.pop(lease, None)
             if not running:
                 self._idle.set()
-
-    def _raise_in_group(self, exc: BaseException) -> None:
-        """End `run` with `exc`, which a worker task (outside the task group) raised."""
-        assert self._tg is not None
-        try:
-            self._tg.create_task(_reraise(exc), name="taskrunner:worker-error")
-        except RuntimeError:
-            # The group is already ending with another error; it cannot take this one.
-            _log.error("a worker raised %r while the runner was ending", exc, exc_info=exc)
-
-    async def _cancel_workers(self) -> None:
-        """Cancel the worker tasks still running (after the group ended with an error)."""
-        tasks = list(self._running.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.wait(tasks)
 
     async def _shut_down(
         self, fetchers: list[asyncio.Task[None]], reclaimer: asyncio.Task[None] | None
@@ -545,10 +515,6 @@ class Runner:
                     _log.warning("burst: could not read the queue length: %s", exc)
             if await wait_event(self._clock, self._stop_requested, _BURST_POLL_SECONDS):
                 return
-
-
-async def _reraise(exc: BaseException) -> None:
-    raise exc
 
 
 def _thread_running(lease: Lease) -> bool:
