@@ -184,7 +184,20 @@ class Executor:
             error: BaseException | None = None
             result: ResultWrite | None = None
             try:
-                value = await self._run(lease, task, payload, context)
+                timeout = task.timeout_seconds or self._config.timeout_seconds
+                if task.is_async and timeout is None:
+                    # `_run`'s common case written out: an async task without a
+                    # timeout, awaited in place (one frame less on every message).
+                    reset = _CURRENT.set(context)  # not `token`: the observer's
+                    try:
+                        if task.takes_payload:
+                            value = await task.func(payload)
+                        else:
+                            value = await task.func()
+                    finally:
+                        _CURRENT.reset(reset)
+                else:
+                    value = await self._run(lease, task, payload, context)
                 if task.store_result:
                     result = self._success_result(task, envelope, delivery, value)
             except asyncio.CancelledError as exc:

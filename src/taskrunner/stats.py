@@ -133,13 +133,22 @@ class StatsRecorder:
 
     def attempt_finished(self, task: str, seconds: float, *, ok: bool) -> None:
         """Record one attempt of `task` that took `seconds`."""
-        counters = self._task(task)
+        # `_task` and `_blend` written out: this runs for every message.
+        counters = self._tasks.get(task)
+        if counters is None:
+            counters = self._tasks[task] = _TaskCounters()
         if ok:
             counters.succeeded += 1
         else:
             counters.failed += 1
-        counters.average_seconds = _blend(counters.average_seconds, seconds)
-        self.average_seconds = _blend(self.average_seconds, seconds)
+        average = counters.average_seconds
+        counters.average_seconds = (
+            seconds if average is None else average + _EWMA_WEIGHT * (seconds - average)
+        )
+        average = self.average_seconds
+        self.average_seconds = (
+            seconds if average is None else average + _EWMA_WEIGHT * (seconds - average)
+        )
 
     def retried(self, task: str) -> None:
         """Record a failed attempt released for a retry."""
