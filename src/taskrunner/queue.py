@@ -37,7 +37,8 @@ Issue 12 added two more of the same kind: ``results`` (`ResultStore`: task resul
 with a TTL) and ``lookup`` (`MessageLookup`: the state of one message by id), read
 with `results_of` and `lookup_of`. Issue 15 added ``browse`` (`MessageBrowser`: a
 bounded, keyset-paged listing of the waiting and in-flight messages), read with
-`browse_of`.
+`browse_of`, and ``queue_names`` (`QueueNames`: the names of the queues the backend
+holds, bounded and paged), read with `names_of`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import msgspec
 
 __all__ = [
     "BROWSE_LIMIT",
+    "QUEUE_NAMES_LIMIT",
     "AddRequest",
     "Added",
     "BrowseState",
@@ -66,6 +68,8 @@ __all__ = [
     "MessageState",
     "Queue",
     "QueueAdmin",
+    "QueueNameList",
+    "QueueNames",
     "QueueStats",
     "Receipt",
     "ResultStore",
@@ -75,8 +79,10 @@ __all__ = [
     "WorkerRegistry",
     "browse_of",
     "check_browse",
+    "check_names_limit",
     "leadership_of",
     "lookup_of",
+    "names_of",
     "results_of",
     "scheduling_of",
 ]
@@ -996,4 +1002,65 @@ def check_browse(state: object, limit: object) -> None:
         raise ValueError(
             f"limit must be from 1 to {BROWSE_LIMIT} (a listing is paged, never read "
             f"whole), got {limit}"
+        )
+
+
+#: Most names one `QueueNames.queue_names` call returns; a larger limit is refused.
+QUEUE_NAMES_LIMIT = 10_000
+
+
+class QueueNameList(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of queue names.
+
+    Attributes:
+        names: Names in ascending order, each once: code point order, or the order
+            of the backend's own text comparison (a database collation), the one
+            ``after`` is compared with.
+        complete: True when no name after the last one was left out: neither beyond
+            the limit nor beyond what the backend was willing to look at (a Redis
+            backend stops scanning after a fixed number of keys).
+    """
+
+    names: tuple[str, ...]
+    complete: bool
+
+
+class QueueNames(Protocol):
+    """The names of the queues a backend holds, for tools that were not told them.
+
+    Not a member of `Queue`: a backend offers it as a property named ``queue_names``
+    (None when it cannot tell), read with `names_of`. Which queues count is the
+    backend's to say and its docstring's to state (for example: those with a stream
+    or dead-letter key in the namespace; those with a message or dead-letter row in the
+    schema; those opened in this process). A call is bounded: it reads at most a
+    fixed amount whatever the number of queues, and says with ``complete`` when it
+    stopped early. Reading names changes nothing.
+    """
+
+    async def queue_names(self, *, after: str | None = None, limit: int = 1000) -> QueueNameList:
+        """Up to `limit` names greater than `after` (None: from the first), ascending.
+
+        Raises:
+            ValueError: `limit` is below 1 or above `QUEUE_NAMES_LIMIT`.
+            QueueClosedError: The handle is closed.
+            BackendUnavailableError: The backend could not be reached.
+        """
+        ...
+
+
+def names_of(queue: Queue) -> QueueNames | None:
+    """The backend's `QueueNames` (its ``queue_names`` property), or None."""
+    part: QueueNames | None = getattr(queue, "queue_names", None)
+    return part
+
+
+def check_names_limit(limit: object) -> None:
+    """The check of `QueueNames.queue_names`' `limit` (backends share it).
+
+    Raises:
+        ValueError: `limit` is not a whole number from 1 to `QUEUE_NAMES_LIMIT`.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= QUEUE_NAMES_LIMIT:
+        raise ValueError(
+            f"limit must be a whole number from 1 to {QUEUE_NAMES_LIMIT}, got {limit!r}"
         )

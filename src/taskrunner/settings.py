@@ -17,7 +17,8 @@ Sources, lowest precedence first (a later one wins, key by key):
 Unknown keys are rejected by name, with the closest known key suggested, in every
 source: a typo never silently does nothing. ``TASKRUNNER_CONFIG`` and the variables
 starting with ``TASKRUNNER_TEST_`` or ``TASKRUNNER_CONFORMANCE_`` (reserved for test
-suites) are not settings and are ignored here. A value that cannot be converted
+suites) are not settings and are ignored here, nor are the secrets read where they are
+used (``TASKRUNNER_DASHBOARD_TOKEN``, by ``taskrunner dashboard``). A value that cannot be converted
 names the key, where it came from and the value; a value that converts but breaks a
 rule of `RunnerConfig` or `TuningConfig` gets that rule's message plus where it came
 from. Every error is a `ConfigurationError`.
@@ -63,6 +64,9 @@ CONFIG_ENV = "TASKRUNNER_CONFIG"
 
 # Environment variables with these prefixes belong to test suites, not to settings.
 _RESERVED_ENV_PREFIXES = ("TASKRUNNER_TEST_", "TASKRUNNER_CONFORMANCE_")
+# Secrets read where they are used, not settings: settings are shown with their
+# values and sources in messages, a token must not be.
+_RESERVED_ENV_NAMES = frozenset({"TASKRUNNER_DASHBOARD_TOKEN"})
 
 Kind = Literal["int", "float", "optional_float", "str", "choice", "port", "url", "app"]
 Group = Literal["general", "runner", "tuning", "logging"]
@@ -330,7 +334,7 @@ def _file_layer(path: Path, chosen_by: str, explicit: bool) -> _Layer:
 def _env_layer(env: Mapping[str, str]) -> _Layer:
     values: dict[str, Any] = {}
     for name, value in env.items():
-        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV or name in _RESERVED_ENV_NAMES:
             continue
         if name.startswith(_RESERVED_ENV_PREFIXES) or value == "":
             continue

@@ -70,6 +70,8 @@ from taskrunner.queue import (
     MessageLookup,
     MessageState,
     QueueAdmin,
+    QueueNameList,
+    QueueNames,
     QueueStats,
     Receipt,
     ResultStore,
@@ -78,6 +80,7 @@ from taskrunner.queue import (
     WorkerInfo,
     WorkerRegistry,
     check_browse,
+    check_names_limit,
 )
 
 from .checks import check_count, check_deliveries, encode_reason
@@ -195,12 +198,15 @@ class InMemoryQueue:
     def __init__(self, *, clock: Clock | None = None, requires_heartbeat: bool = True) -> None:
         self._store = _Store(clock=clock or SystemClock(), requires_heartbeat=requires_heartbeat)
         self._closed = False
+        # The ``memory://NAME`` a handle was opened through, for `queue_names`.
+        self._url_prefix: str | None = None
 
     @classmethod
     def _on_store(cls, store: _Store) -> Self:
         handle = cls.__new__(cls)
         handle._store = store
         handle._closed = False
+        handle._url_prefix = None
         return handle
 
     def open_handle(self) -> InMemoryQueue:
@@ -255,6 +261,16 @@ class InMemoryQueue:
         ``lookup``, which the queue's own attribute of that name (this property) hides.
         """
         return _Lookup(self)
+
+    @property
+    def queue_names(self) -> QueueNames | None:
+        """The queues opened in this process through the same ``memory://NAME`` URL.
+
+        None for a handle built directly (not through `open_from_url`): it belongs to
+        no named store. A queue is listed from its first open on, used or not, until
+        the process ends.
+        """
+        return None if self._url_prefix is None else _Names(self, self._url_prefix)
 
     @property
     def browse(self) -> MessageBrowser:
@@ -1088,6 +1104,28 @@ class _Lookup:
         return self._queue._lookup_states(message_ids)
 
 
+class _Names:
+    """`QueueNames` of the stores opened through one ``memory://NAME`` (see `InMemoryQueue`)."""
+
+    __slots__ = ("_prefix", "_queue")
+
+    def __init__(self, queue: InMemoryQueue, prefix: str) -> None:
+        self._queue = queue
+        self._prefix = prefix
+
+    async def queue_names(self, *, after: str | None = None, limit: int = 1000) -> QueueNameList:
+        """Up to `limit` names after `after`, ascending; always complete within the limit."""
+        check_names_limit(limit)
+        self._queue._check_open()
+        cut = len(self._prefix)
+        names = sorted(
+            key[cut:]
+            for key in _NAMED_STORES
+            if key.startswith(self._prefix) and (after is None or key[cut:] > after)
+        )
+        return QueueNameList(names=tuple(names[:limit]), complete=len(names) <= limit)
+
+
 class _Browser:
     """`MessageBrowser` over one handle (see `InMemoryQueue.browse_messages`)."""
 
@@ -1249,7 +1287,9 @@ async def open_from_url(url: str, *, queue_name: str, clock: Clock | None = None
     if first is None:
         first = InMemoryQueue(clock=clock, requires_heartbeat=requires_heartbeat)
         _NAMED_STORES[key] = first
-    return first.open_handle()
+    handle = first.open_handle()
+    handle._url_prefix = f"{parts.netloc}{parts.path}/"
+    return handle
 
 
 def _parse_bool(text: str) -> bool:

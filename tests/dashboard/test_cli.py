@@ -119,7 +119,8 @@ def test_an_app_gives_its_queue_and_schedules(commands: list[Command]) -> None:
 
 
 def test_allow_actions_prints_a_generated_token(commands: list[Command]) -> None:
-    command = Command("dashboard", "--port", "0", "--allow-actions", env={"TR_DASHBOARD_TOKEN": ""})
+    unset = {"TR_DASHBOARD_TOKEN": "", "TASKRUNNER_DASHBOARD_TOKEN": ""}
+    command = Command("dashboard", "--port", "0", "--allow-actions", env=unset)
     commands.append(command)
     token = command.wait_for(r"action token \(sign in with it\): (\S+)")[1]
     base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
@@ -132,11 +133,14 @@ def test_allow_actions_prints_a_generated_token(commands: list[Command]) -> None
     assert refused.status_code == 403
 
 
-def test_a_token_from_the_environment_is_not_printed(commands: list[Command]) -> None:
+@pytest.mark.parametrize("variable", ["TASKRUNNER_DASHBOARD_TOKEN", "TR_DASHBOARD_TOKEN"])
+def test_a_token_from_the_environment_is_not_printed(
+    commands: list[Command], variable: str
+) -> None:
     token = "environment-token-0123456789"
-    command = Command(
-        "dashboard", "--port", "0", "--allow-actions", env={"TR_DASHBOARD_TOKEN": token}
-    )
+    # The other name empty (unset); TASKRUNNER_DASHBOARD_TOKEN is no setting to refuse.
+    env = {"TASKRUNNER_DASHBOARD_TOKEN": "", "TR_DASHBOARD_TOKEN": "", variable: token}
+    command = Command("dashboard", "--port", "0", "--allow-actions", env=env)
     commands.append(command)
     base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
     signed = httpx.post(f"{base}/login", data={"token": token}, timeout=10)
@@ -159,6 +163,18 @@ def test_a_short_token_is_a_usage_error(
     code = main(["dashboard", "--allow-actions", "--port", "0"])
     assert code == 2
     assert "at least 16 characters" in capsys.readouterr().err
+
+
+def test_two_different_tokens_in_the_environment_are_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASKRUNNER_DASHBOARD_TOKEN", "first-token-0123456789")
+    monkeypatch.setenv("TR_DASHBOARD_TOKEN", "other-token-0123456789")
+    code = main(["dashboard", "--allow-actions", "--port", "0"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "both set, to different tokens" in err
+    assert "0123456789" not in err  # never the tokens themselves
 
 
 def test_a_bad_queue_name_is_a_usage_error_naming_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,8 +1,8 @@
 """``taskrunner dashboard``: the web view of the queues (needs the ``dashboard`` extra).
 
 Serves until SIGINT/SIGTERM. Read-only unless ``--allow-actions``; then the token
-(``TR_DASHBOARD_TOKEN``, or a random one printed at start) signs a browser in
-for retry and purge. Binds 127.0.0.1 unless told otherwise.
+(``TASKRUNNER_DASHBOARD_TOKEN``, or the older ``TR_DASHBOARD_TOKEN``, or a random one
+printed at start) signs a browser in for retry and purge. Binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def add_parser(commands: argparse._SubParsersAction[Parser], common: Parser) -> 
         "--queue",
         action="append",
         metavar="NAME",
-        help="queue to show (repeatable; default: the App's queue, else 'default')",
+        help="queue to show (repeatable; default: the App's queue, else every queue the "
+        "backend can list, else 'default')",
     )
     web_options(parser)
 
@@ -67,7 +68,7 @@ def web_options(parser: argparse.ArgumentParser) -> None:
         "--allow-actions",
         action="store_true",
         help="offer retry and purge of dead letters, to a browser signed in with the token "
-        "(TR_DASHBOARD_TOKEN, or one printed at start)",
+        "(TASKRUNNER_DASHBOARD_TOKEN, or one printed at start)",
     )
 
 
@@ -98,10 +99,10 @@ def dashboard_guard(args: argparse.Namespace) -> Any:
     """The `Guard` for ``--allow-actions`` (None without it); prints a generated token."""
     if not args.allow_actions:
         return None
-    from taskrunner.dashboard.security import TOKEN_ENV, Guard
+    from taskrunner.dashboard.security import Guard, token_from_env
 
-    given = os.environ.get(TOKEN_ENV) or None
     try:
+        given = token_from_env(os.environ)
         guard = Guard(given)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -146,6 +147,8 @@ async def run_dashboard(args: argparse.Namespace, settings: Settings) -> int:
         app=app,
         guard=dashboard_guard(args),
         loopback_only=not args.allow_remote,
+        # Told nothing: list the backend's queues where it can.
+        discover=not args.queue and app is None,
     )
     server = package.server.Server(board, host=addr, port=args.port)
     await serve_until_signal(server, addr, settings.url)

@@ -23,11 +23,14 @@ def build_dashboard(
     guard: Guard | None = None,
     completed_source: Callable[[], int] | None = None,
     loopback_only: bool = True,
+    discover: bool = False,
 ) -> Dashboard:
     """A dashboard of queues `names` on `url`, its URL masked for display.
 
     Queues are opened on first view and closed when the server stops. With
-    `loopback_only` it answers only requests addressed to a loopback host name.
+    `loopback_only` it answers only requests addressed to a loopback host name. With
+    `discover` it shows the backend's own list of queues where the backend can give
+    one (asked through a handle of ``names[0]``), else `names`.
 
     Raises:
         ConfigurationError: The URL is malformed or its scheme unknown (checked now,
@@ -45,4 +48,5 @@ def build_dashboard(
         guard=guard,
         sampler=Sampler(completed_source=completed_source),
         allowed_hosts=LOOPBACK_HOSTS if loopback_only else None,
+        discover_probe=names[0] if discover and names else None,
     )

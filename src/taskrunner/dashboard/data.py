@@ -20,13 +20,23 @@ import msgspec
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.codec import decode_envelope
 from taskrunner.errors import BackendError, DecodeError
-from taskrunner.queue import BrowsedMessage, DeadLetter, Queue, QueueStats, WorkerInfo
+from taskrunner.queue import (
+    BrowsedMessage,
+    DeadLetter,
+    Queue,
+    QueueNameList,
+    QueueStats,
+    WorkerInfo,
+    names_of,
+)
 from taskrunner.tuning import predicted_wait
 
 __all__ = [
     "DEAD_LETTERS_SHOWN",
     "MAX_OPEN",
     "MESSAGES_SHOWN",
+    "NAMES_EVERY_SECONDS",
+    "NAMES_SHOWN",
     "PAGE_SIZE",
     "WORKERS_SHOWN",
     "DeadLetterView",
@@ -54,6 +64,10 @@ DEAD_LETTERS_SHOWN = 100
 MESSAGES_SHOWN = 50
 # Characters of a payload's JSON text a message list shows; the rest is cut.
 PAYLOAD_PREVIEW = 200
+# Queue names read from a backend that can list them (taskrunner.queue.QUEUE_NAMES_LIMIT),
+# and how often the list is read again.
+NAMES_SHOWN = 10_000
+NAMES_EVERY_SECONDS = 30.0
 # Throughput samples kept: 15 minutes at one sample per 2-second refresh.
 SAMPLE_WINDOW_SECONDS = 15 * 60
 
@@ -99,6 +113,25 @@ class QueueSet:
     def __contains__(self, name: object) -> bool:
         return name in self.names
 
+    async def discover(self, probe: str, *, limit: int = NAMES_SHOWN) -> QueueNameList | None:
+        """Replace the names by the backend's own list of queues, when it can give one.
+
+        The backend is asked through a handle of queue `probe` (opened, and kept open,
+        like the others; on memory this opens that queue's store). Up to `limit` names,
+        in the backend's order. Returns the list read, or None (names unchanged) when
+        the backend cannot list its queues (`taskrunner.queue.names_of` is None).
+
+        Raises:
+            BackendError: The backend could not be reached.
+        """
+        queue = await self._handle(probe)
+        part = names_of(queue)
+        if part is None:
+            return None
+        listing = await part.queue_names(limit=limit)
+        self.names = list(dict.fromkeys(listing.names))
+        return listing
+
     async def get(self, name: str) -> Queue:
         """The open handle of `name` (opened on first use).
 
@@ -108,6 +141,9 @@ class QueueSet:
         """
         if name not in self.names:
             raise UnknownQueueError(name)
+        return await self._handle(name)
+
+    async def _handle(self, name: str) -> Queue:
         async with self._lock:
             queue = self._open.get(name)
             if queue is not None:

@@ -2,7 +2,8 @@
 
 Actions (retry, purge) change the backend, so they need three things: the dashboard
 was started with ``--allow-actions``; the browser holds a session cookie set by
-signing in with the token (printed at start, or ``TR_DASHBOARD_TOKEN``); and
+signing in with the token (printed at start, or ``TASKRUNNER_DASHBOARD_TOKEN``, or
+the older name ``TR_DASHBOARD_TOKEN``); and
 the form carries the CSRF value derived from that token. A page of another origin can
 make the browser send the cookie (it is also SameSite=Strict, so modern browsers do
 not) but cannot read the CSRF value, so its forged form is refused.
@@ -13,14 +14,34 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Mapping
 
-__all__ = ["SESSION_COOKIE", "TOKEN_ENV", "Guard"]
+__all__ = ["LEGACY_TOKEN_ENV", "SESSION_COOKIE", "TOKEN_ENV", "Guard", "token_from_env"]
 
 SESSION_COOKIE = "taskrunner_dashboard"
-# Not TASKRUNNER_*: those are settings, and the settings loader refuses unknown ones.
-TOKEN_ENV = "TR_DASHBOARD_TOKEN"
+# Reserved in taskrunner.settings, so the settings loader does not refuse it as unknown.
+TOKEN_ENV = "TASKRUNNER_DASHBOARD_TOKEN"
+# The first name, from before TASKRUNNER_DASHBOARD_TOKEN was reserved; still read.
+LEGACY_TOKEN_ENV = "TR_DASHBOARD_TOKEN"
 # Shorter tokens are guessable over a local network in hours.
 MIN_TOKEN_LENGTH = 16
+
+
+def token_from_env(env: Mapping[str, str]) -> str | None:
+    """The action token `env` gives (`TOKEN_ENV`, else `LEGACY_TOKEN_ENV`); None when neither.
+
+    An empty value counts as unset, as for settings.
+
+    Raises:
+        ValueError: Both are set, to different values (which one is meant is unclear).
+    """
+    given, legacy = env.get(TOKEN_ENV) or None, env.get(LEGACY_TOKEN_ENV) or None
+    if given is not None and legacy is not None and given != legacy:
+        raise ValueError(
+            f"{TOKEN_ENV} and {LEGACY_TOKEN_ENV} are both set, to different tokens; "
+            f"unset {LEGACY_TOKEN_ENV}"
+        )
+    return given or legacy
 
 
 class Guard:
@@ -39,7 +60,8 @@ class Guard:
         if len(token) < MIN_TOKEN_LENGTH:
             raise ValueError(
                 f"the dashboard token must be at least {MIN_TOKEN_LENGTH} characters "
-                f"(got {len(token)}); unset {TOKEN_ENV} to have one generated"
+                f"(got {len(token)}); unset {TOKEN_ENV} and {LEGACY_TOKEN_ENV} to have one "
+                "generated"
             )
         self.token = token
         key = token.encode()

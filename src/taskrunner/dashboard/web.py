@@ -31,6 +31,8 @@ from taskrunner.clock import Clock, SystemClock
 from taskrunner.dashboard.data import (
     DEAD_LETTERS_SHOWN,
     MESSAGES_SHOWN,
+    NAMES_EVERY_SECONDS,
+    NAMES_SHOWN,
     PAGE_SIZE,
     WORKERS_SHOWN,
     QueueRow,
@@ -74,6 +76,10 @@ class Dashboard:
         allowed_hosts: Host header values served (None: any). A loopback dashboard
             lists only loopback names, so a page of another site that rebinds its DNS
             name to 127.0.0.1 cannot read it.
+        discover_probe: When set, the queues shown are the backend's own list (read
+            through a handle of this queue, again every `NAMES_EVERY_SECONDS` on the
+            overview's refreshes), where the backend can list them; else `queues`'
+            names as given.
     """
 
     queues: QueueSet
@@ -83,6 +89,10 @@ class Dashboard:
     sampler: Sampler = field(default_factory=Sampler)
     clock: Clock = field(default_factory=SystemClock)
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
+    discover_probe: str | None = None
+    # What the last discovery found: None before one; "listed" / "cannot" / an error.
+    names_note: dict[str, Any] | None = None
+    names_read_at: float | None = None
 
 
 class _BadRequestError(Exception):
@@ -195,8 +205,27 @@ def create_app(dashboard: Dashboard) -> Starlette:
 
         return wrapped
 
+    async def discover() -> None:
+        """Read the backend's queue names when due (at most every NAMES_EVERY_SECONDS)."""
+        if d.discover_probe is None:
+            return
+        now = d.clock.monotonic()
+        if d.names_read_at is not None and now - d.names_read_at < NAMES_EVERY_SECONDS:
+            return
+        d.names_read_at = now
+        try:
+            listing = await d.queues.discover(d.discover_probe, limit=NAMES_SHOWN)
+        except BackendError as exc:
+            d.names_note = {"state": "error", "error": f"{type(exc).__name__}: {exc}"}
+            return
+        if listing is None:
+            d.names_note = {"state": "cannot", "probe": d.discover_probe}
+        else:
+            d.names_note = {"state": "listed", "complete": listing.complete, "cap": NAMES_SHOWN}
+
     async def overview_data(request: Request) -> dict[str, Any]:
         page = _page(request)
+        await discover()
         # A filter on names costs the backend nothing: only the page's queues are read.
         wanted = request.query_params.get("filter", "").strip()[:100]
         names = [n for n in d.queues.names if wanted.lower() in n.lower()]
@@ -224,6 +253,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
             "page_size": PAGE_SIZE,
             "total_queues": len(names),
             "filter": wanted,
+            "discovered": d.names_note,
             "workers": [msgspec.to_builtins(w) for w in workers[:WORKERS_SHOWN]],
             "workers_total": len(workers),
             "workers_shown_cap": WORKERS_SHOWN,
@@ -234,7 +264,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
     @guarded
     async def api_queues(request: Request) -> Response:
         data = await overview_data(request)
-        keys = ("queues", "page", "pages", "page_size", "total_queues", "filter")
+        keys = ("queues", "page", "pages", "page_size", "total_queues", "filter", "discovered")
         return JSONResponse({k: data[k] for k in keys})
 
     @guarded

@@ -1,4 +1,4 @@
-"""`PostgresBrowser`: keyset-paged, read-only listings of waiting and in-flight rows (internal).
+"""`PostgresBrowser` and `PostgresQueueNames`: read-only listings of rows and queues (internal).
 
 Waiting rows are listed in the order receive takes them, ``(available_at, id)``, which
 is the ``messages_ready`` index ``(queue, available_at, id) WHERE owner IS NULL``: a
@@ -11,6 +11,12 @@ In-flight rows are listed by id (their ``expires_at`` moves with every heartbeat
 it would make an unstable cursor); the cursor is the id. A page reads the queue's
 leased rows through ``messages_leased`` and sorts them: its cost is the number in
 flight, which the workers' pool sizes bound.
+
+Queue names are read by a loose index scan (a recursive query that asks each index for
+the next queue name after the last one): one index probe per name, through the
+indexes that lead with ``queue`` (``messages_ready``, ``messages_leased``,
+``dead_letters_by_queue``), never a scan of the rows. So listing the names of 10,000
+queues costs about 30,000 probes however many messages they hold.
 """
 
 from __future__ import annotations
@@ -19,12 +25,18 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from taskrunner.queue import BrowsedMessage, BrowseState, check_browse
+from taskrunner.queue import (
+    BrowsedMessage,
+    BrowseState,
+    QueueNameList,
+    check_browse,
+    check_names_limit,
+)
 
 from .db import Database
 from .scheduling import parse_message_id
 
-__all__ = ["PostgresBrowser"]
+__all__ = ["PostgresBrowser", "PostgresQueueNames"]
 
 _COLUMNS = """
     m.id,
@@ -65,6 +77,39 @@ ORDER BY m.id
 LIMIT %(limit)s
 """
 )
+
+# The next name after %(after)s in one partial index: {where} matches the index's
+# predicate so the planner answers min() from it.
+_NEXT_NAMES = """
+WITH RECURSIVE
+ready(q) AS (
+    SELECT (SELECT min(queue) FROM {s}.messages WHERE owner IS NULL AND queue > %(after)s)
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {s}.messages WHERE owner IS NULL AND queue > ready.q)
+    FROM ready WHERE ready.q IS NOT NULL
+),
+leased(q) AS (
+    SELECT (SELECT min(queue) FROM {s}.messages WHERE owner IS NOT NULL AND queue > %(after)s)
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {s}.messages WHERE owner IS NOT NULL AND queue > leased.q)
+    FROM leased WHERE leased.q IS NOT NULL
+),
+dead(q) AS (
+    SELECT (SELECT min(queue) FROM {s}.dead_letters WHERE queue > %(after)s)
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {s}.dead_letters WHERE queue > dead.q)
+    FROM dead WHERE dead.q IS NOT NULL
+)
+SELECT q FROM (
+    (SELECT q FROM ready WHERE q IS NOT NULL LIMIT %(limit)s)
+    UNION
+    (SELECT q FROM leased WHERE q IS NOT NULL LIMIT %(limit)s)
+    UNION
+    (SELECT q FROM dead WHERE q IS NOT NULL LIMIT %(limit)s)
+) AS names
+ORDER BY q
+LIMIT %(limit)s
+"""
 
 # <microseconds since the epoch, maybe negative>.<row id>
 _WAITING_CURSOR = re.compile(r"(-?[0-9]{1,19})\.([0-9]{1,19})")
@@ -144,3 +189,37 @@ def _browsed(state: BrowseState, row: Sequence[Any]) -> BrowsedMessage:
         idle_seconds=None if not leased or idle is None else float(idle),
         lease_seconds=None if not leased or lease is None else float(lease),
     )
+
+
+class PostgresQueueNames:
+    """The queues of the schema with a message or dead-letter row (`taskrunner.queue.QueueNames`).
+
+    One statement per call (a loose index scan, see the module docstring), reading
+    at most `limit` + 1 names from each of three indexes; nothing is written. Names
+    are in the order of the ``queue`` column's collation (the database's default),
+    the order ``after`` is compared in, so pages never skip or repeat a name;
+    ``complete`` is exact (one more name is read to know).
+
+    Args:
+        db: The backend's `Database`.
+        check_open: Raises `QueueClosedError` once the queue handle is closed.
+    """
+
+    def __init__(self, db: Database, *, check_open: Callable[[], None]) -> None:
+        self._db = db
+        self._check_open = check_open
+        self._names = db.sql(_NEXT_NAMES)
+
+    async def queue_names(self, *, after: str | None = None, limit: int = 1000) -> QueueNameList:
+        """Up to `limit` names after `after`, ascending.
+
+        Raises:
+            ValueError: `limit` is below 1 or above `taskrunner.queue.QUEUE_NAMES_LIMIT`.
+        """
+        check_names_limit(limit)
+        self._check_open()
+        rows = await self._db.fetch(
+            "queue names", self._names, {"after": after or "", "limit": limit + 1}
+        )
+        names = [str(row[0]) for row in rows]
+        return QueueNameList(names=tuple(names[:limit]), complete=len(names) <= limit)

@@ -47,6 +47,7 @@ from taskrunner.queue import (
     MessageBrowser,
     MessageLookup,
     QueueAdmin,
+    QueueNames,
     QueueStats,
     Receipt,
     ResultStore,
@@ -56,7 +57,7 @@ from taskrunner.queue import (
 )
 from taskrunner_backends.checks import check_count, check_deliveries, encode_reason
 
-from .browse import PostgresBrowser
+from .browse import PostgresBrowser, PostgresQueueNames
 from .db import Database, probe_connection
 from .errors import translate_errors
 from .leadership import PostgresLeadership
@@ -415,6 +416,7 @@ class PostgresQueue:
         self._leadership = PostgresLeadership(db, self._queue, check_open=self._check_open)
         self._lookup = PostgresLookup(db, self._queue, check_open=self._check_open)
         self._browse = PostgresBrowser(db, self._queue, check_open=self._check_open)
+        self._names = PostgresQueueNames(db, check_open=self._check_open)
         self._results = PostgresResults(
             db,
             self._queue,
@@ -489,6 +491,11 @@ class PostgresQueue:
     def browse(self) -> MessageBrowser:
         """Keyset-paged, read-only listings of waiting and in-flight messages."""
         return self._browse
+
+    @property
+    def queue_names(self) -> QueueNames:
+        """The queues of the schema that hold a message or a dead letter."""
+        return self._names
 
     @property
     def listener(self) -> Listener:

@@ -168,6 +168,8 @@ from taskrunner.queue import (
     MessageLookup,
     MessageState,
     QueueAdmin,
+    QueueNameList,
+    QueueNames,
     QueueStats,
     Receipt,
     ResultStore,
@@ -176,6 +178,7 @@ from taskrunner.queue import (
     WorkerInfo,
     WorkerRegistry,
     check_browse,
+    check_names_limit,
 )
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 from taskrunner_backends.checks import check_count, check_deliveries, check_text, encode_reason
@@ -198,6 +201,8 @@ __all__ = [
     "Durability",
     "FENCED_BATCH",
     "LOOKUP_BATCH",
+    "NAMES_SCAN_CALLS",
+    "NAMES_SCAN_COUNT",
     "PROMOTE_BATCH",
     "RESULTS_BATCH",
     "RECLAIM_SCAN_BUDGET",
@@ -252,6 +257,12 @@ RESULTS_BATCH = 500
 
 # Ids per lookup script call (count); one round trip carries them all.
 LOOKUP_BATCH = 500
+
+# SCAN calls and keys per call one `queue_names` call makes at most: it examines at most
+# their product of keys (of the whole database, every namespace), then says whether it
+# saw them all.
+NAMES_SCAN_CALLS = 100
+NAMES_SCAN_COUNT = 1000
 
 # Socket timeouts (seconds) for clients built by `open_from_url` when the URL sets none;
 # redis-py's default is to wait forever for a reply.
@@ -732,6 +743,11 @@ class RedisStreamsQueue:
         A small object of its own: the part's method is also named ``lookup``.
         """
         return _Lookup(self)
+
+    @property
+    def queue_names(self) -> QueueNames:
+        """The queues of this namespace, found by a bounded SCAN (`list_queue_names`)."""
+        return _Names(self)
 
     @property
     def browse(self) -> MessageBrowser:
@@ -1596,6 +1612,46 @@ class RedisStreamsQueue:
             )
         return page
 
+    async def list_queue_names(
+        self, *, after: str | None = None, limit: int = 1000
+    ) -> QueueNameList:
+        """The queues of this handle's namespace that have a stream or a dead-letter key.
+
+        A SCAN with MATCH over ``<namespace>:{*}:[sd][te][ra]*`` (the ``stream`` and
+        ``dead`` keys), at most `NAMES_SCAN_CALLS` calls of `NAMES_SCAN_COUNT` keys
+        each; SCAN walks the whole database, so ``complete`` is False when the scan
+        stopped before its end (a database of more than about 100,000 keys) or more
+        than `limit` names follow `after`. Shards of partitioned queues (tags with
+        ``#``) are left out. A queue whose messages were all acked keeps its stream
+        key, so it is listed until deleted. Nothing is written.
+
+        Raises:
+            ValueError: `limit` is below 1 or above `taskrunner.queue.QUEUE_NAMES_LIMIT`.
+        """
+        check_names_limit(limit)
+        await self._ready()
+        head = f"{self._keys.namespace}:{{"
+        pattern = head + "*}:[sd][te][ra]*"
+        found: set[str] = set()
+        cursor: bytes | str = "0"
+        calls = 0
+        while True:
+            reply = await self._raw.call(
+                "queue names", "SCAN", cursor, "MATCH", pattern, "COUNT", NAMES_SCAN_COUNT
+            )
+            cursor, keys = reply[0], reply[1]
+            calls += 1
+            for raw in keys:
+                key = _as_str(raw)
+                tag, _, rest = key[len(head) :].partition("}")
+                if rest in (":stream", ":dead") and "#" not in tag and tag:
+                    found.add(tag)
+            if cursor in (b"0", "0") or calls >= NAMES_SCAN_CALLS:
+                break
+        names = sorted(n for n in found if after is None or n > after)
+        done = cursor in (b"0", "0")
+        return QueueNameList(names=tuple(names[:limit]), complete=done and len(names) <= limit)
+
     async def _batched(
         self, action: str, name: str, calls: Sequence[tuple[Sequence[str], Sequence[Arg]]]
     ) -> list[Any]:
@@ -2288,6 +2344,19 @@ def _message_state(message_id: str, row: Sequence[Any]) -> MessageState | None:
     if name == "ready":
         return MessageState(state="ready", **common)
     raise BackendError(f"unexpected lookup state {name!r}")
+
+
+class _Names:
+    """`QueueNames` of a `RedisStreamsQueue` (see `RedisStreamsQueue.list_queue_names`)."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: RedisStreamsQueue) -> None:
+        self._queue = queue
+
+    async def queue_names(self, *, after: str | None = None, limit: int = 1000) -> QueueNameList:
+        """See `RedisStreamsQueue.list_queue_names`."""
+        return await self._queue.list_queue_names(after=after, limit=limit)
 
 
 class _Browser:
