@@ -20,8 +20,8 @@ import functools
 import logging
 import math
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -31,10 +31,10 @@ from taskrunner.codec import encode_envelope
 from taskrunner.errors import BackendError
 from taskrunner.leader import LeaderElector
 from taskrunner.messages import Envelope
-from taskrunner.queue import FireRecord, Leadership, Queue, leadership_of
+from taskrunner.queue import FireRecord, LeaderLease, Leadership, Queue, leadership_of
 from taskrunner.schedules import Schedule, utc
 
-__all__ = ["ELECTION", "Scheduler"]
+__all__ = ["ELECTION", "ScheduleOverview", "Scheduler", "schedule_overview"]
 
 _log = logging.getLogger("taskrunner.scheduler")
 
@@ -218,3 +218,52 @@ class Scheduler:
             scheduled_for=instant,
         )
         return encode_envelope(envelope, max_bytes=self._app.max_message_bytes)
+
+
+class ScheduleOverview(NamedTuple):
+    """What `schedule_overview` read: one row per schedule, and who leads.
+
+    Attributes:
+        rows: Per schedule: ``name``, ``task``, ``timing`` (described), ``catch_up``,
+            ``last_fired`` (instant, or None), ``last_message_id`` (or None) and
+            ``next`` (the next instant after now and the last fire, None when none).
+        leadership: Whether the backend offers leadership (else no worker fires them).
+        leader: The current leader lease of the scheduler election, if any.
+    """
+
+    rows: list[dict[str, Any]]
+    leadership: bool
+    leader: LeaderLease | None
+
+
+async def schedule_overview(
+    queue: Queue, schedules: Sequence[Schedule], *, now: float
+) -> ScheduleOverview:
+    """The schedules' last and next fires and the current leader, read from `queue`.
+
+    Two backend calls when it offers leadership (`Leadership.fire_records` of every
+    schedule, `Leadership.current_leader`), none otherwise. Shared by
+    ``taskrunner schedules`` and the dashboard's schedules page.
+    """
+    leadership = leadership_of(queue) if queue.capabilities.leadership else None
+    records = (
+        {} if leadership is None else await leadership.fire_records([s.name for s in schedules])
+    )
+    leader = None if leadership is None else await leadership.current_leader(ELECTION)
+    rows: list[dict[str, Any]] = []
+    for schedule in schedules:
+        record = records.get(schedule.name)
+        last = None if record is None else record.instant
+        upcoming = schedule.timing.next_after(max(now, last or now))
+        rows.append(
+            {
+                "name": schedule.name,
+                "task": schedule.task_name,
+                "timing": schedule.timing.describe(),
+                "catch_up": schedule.catch_up,
+                "last_fired": last,
+                "last_message_id": None if record is None else record.message_id,
+                "next": upcoming if upcoming != float("inf") else None,
+            }
+        )
+    return ScheduleOverview(rows=rows, leadership=leadership is not None, leader=leader)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from taskrunner.app import App
 from taskrunner.backends import open_queue
@@ -23,8 +22,7 @@ from taskrunner.cli.common import (
 )
 from taskrunner.cli.output import Output, when
 from taskrunner.producer import Producer
-from taskrunner.queue import leadership_of
-from taskrunner.scheduler import ELECTION
+from taskrunner.scheduler import schedule_overview
 from taskrunner.settings import Settings
 
 __all__ = ["add_parsers", "run_cancel", "run_schedules"]
@@ -77,39 +75,18 @@ async def run_schedules(args: argparse.Namespace, settings: Settings, out: Outpu
         raise UsageError("schedules: give the App as MODULE:APP or --app")
     schedules = list(app.schedules.values())
     async with open_queue(settings.url, queue_name) as queue:
-        leadership = leadership_of(queue) if queue.capabilities.leadership else None
-        records = (
-            {} if leadership is None else await leadership.fire_records([s.name for s in schedules])
-        )
-        leader = None if leadership is None else await leadership.current_leader(ELECTION)
-    now = time.time()
-    rows: list[dict[str, Any]] = []
-    for schedule in schedules:
-        record = records.get(schedule.name)
-        last = None if record is None else record.instant
-        upcoming = schedule.timing.next_after(max(now, last or now))
-        rows.append(
-            {
-                "name": schedule.name,
-                "task": schedule.task_name,
-                "timing": schedule.timing.describe(),
-                "catch_up": schedule.catch_up,
-                "last_fired": last,
-                "last_message_id": None if record is None else record.message_id,
-                "next": upcoming if upcoming != float("inf") else None,
-            }
-        )
+        rows, has_leadership, leader = await schedule_overview(queue, schedules, now=time.time())
     if out.json:
         out.document(
             {
                 "queue": queue_name,
                 "leader": None if leader is None else leader.holder,
-                "leadership": leadership is not None,
+                "leadership": has_leadership,
                 "schedules": rows,
             }
         )
         return EXIT_OK
-    if leadership is None:
+    if not has_leadership:
         out.line("the backend offers no leadership: no worker fires these schedules")
     else:
         out.line(f"leader: {'none' if leader is None else leader.holder}")

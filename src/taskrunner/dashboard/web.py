@@ -48,8 +48,8 @@ from taskrunner.dashboard.data import (
 from taskrunner.dashboard.security import SESSION_COOKIE, Guard
 from taskrunner.errors import BackendError
 from taskrunner.producer import Producer
-from taskrunner.queue import BROWSE_LIMIT, BrowseState, browse_of, leadership_of
-from taskrunner.scheduler import ELECTION
+from taskrunner.queue import BROWSE_LIMIT, BrowseState, browse_of
+from taskrunner.scheduler import schedule_overview
 
 __all__ = ["LOOPBACK_HOSTS", "REFRESH_SECONDS", "Dashboard", "create_app"]
 
@@ -487,31 +487,11 @@ def create_app(dashboard: Dashboard) -> Starlette:
         if app is None or not app.schedules or app.queue not in d.queues:
             return {"schedules": [], "leadership": False, "leader": None}
         queue = await d.queues.get(app.queue)
-        leadership = leadership_of(queue) if queue.capabilities.leadership else None
-        schedules = list(app.schedules.values())
-        records = (
-            {} if leadership is None else await leadership.fire_records([s.name for s in schedules])
-        )
-        leader = None if leadership is None else await leadership.current_leader(ELECTION)
-        now = d.clock.time()
-        rows = []
-        for schedule in schedules:
-            record = records.get(schedule.name)
-            last = None if record is None else record.instant
-            upcoming = schedule.timing.next_after(max(now, last or now))
-            rows.append(
-                {
-                    "name": schedule.name,
-                    "task": schedule.task_name,
-                    "timing": schedule.timing.describe(),
-                    "last_fired": last,
-                    "next": upcoming if upcoming != float("inf") else None,
-                }
-            )
+        read = await schedule_overview(queue, list(app.schedules.values()), now=d.clock.time())
         return {
-            "schedules": rows,
-            "leadership": leadership is not None,
-            "leader": None if leader is None else leader.holder,
+            "schedules": read.rows,
+            "leadership": read.leadership,
+            "leader": None if read.leader is None else read.leader.holder,
         }
 
     @guarded
