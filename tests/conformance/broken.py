@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from taskrunner.queue import Delivery
 from taskrunner_backends.memory import InMemoryQueue
 
+from .broken_browse import BROKEN_BROWSE
 from .broken_data import BROKEN_DATA
 from .broken_fencing import BROKEN_FENCING
 from .broken_results import BROKEN_RESULTS
@@ -220,6 +221,7 @@ BROKEN.update(BROKEN_DATA)
 BROKEN.update(BROKEN_TIMING)
 BROKEN.update(BROKEN_SCHEDULING)
 BROKEN.update(BROKEN_RESULTS)
+BROKEN.update(BROKEN_BROWSE)
 
 heartbeat_does_not_extend = BROKEN["heartbeat_does_not_extend"][0]
 heartbeat_steals_back = BROKEN["heartbeat_steals_back"][0]
