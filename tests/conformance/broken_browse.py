@@ -115,7 +115,7 @@ class BrowseClampsALimitAboveTheCap(InMemoryQueue):
     def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        if isinstance(limit, int) and limit > BROWSE_LIMIT:
+        if limit > BROWSE_LIMIT:
             limit = BROWSE_LIMIT
         return super().browse_messages(state, after=after, limit=limit)
 
