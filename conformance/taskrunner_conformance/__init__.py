@@ -23,8 +23,8 @@ Two ways in:
    passed (`taskrunner_conformance.runner`).
 
 The properties are numbered in `taskrunner_conformance.properties`; every sentence of
-the `Queue` contract, and of the optional `Scheduling`, `Leadership`, `ResultStore`
-and `MessageLookup` parts, has a test whose name reads the same. Install with
+the `Queue` contract, and of the optional `Scheduling`, `Leadership`, `ResultStore`,
+`MessageLookup` and `MessageBrowser` parts, has a test whose name reads the same. Install with
 ``pip install 'taskrunner-queue[conformance]'`` (pytest and hypothesis).
 
 Versioning: `SUITE_VERSION` changes when tests are added; new required tests arrive

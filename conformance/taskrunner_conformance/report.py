@@ -43,7 +43,7 @@ __all__ = [
 
 Outcome = Literal["passed", "failed", "skipped"]
 
-SUITE_VERSION = "1.3"
+SUITE_VERSION = "1.4"
 
 
 @dataclass(slots=True)
