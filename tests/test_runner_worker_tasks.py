@@ -9,10 +9,11 @@ returns.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
-from taskrunner import Producer, Runner
+from taskrunner import Delivery, Producer, Runner
 from taskrunner.testing import FakeClock
 from taskrunner_backends.memory import InMemoryQueue
 
@@ -65,7 +66,7 @@ async def test_workers_waiting_for_a_crashed_acker_are_cancelled_not_left_hangin
     finished: list[int] = []
 
     class AckBreaks(InMemoryQueue):
-        async def ack(self, *args: object, **kwargs: object) -> list[object]:
+        async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
             raise _Fatal("ack broke")
 
     queue = AckBreaks._on_store(store._store)

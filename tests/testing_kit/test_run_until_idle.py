@@ -6,11 +6,12 @@ import itertools
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 
 import msgspec
 import pytest
 
-from taskrunner import App, Producer, RunnerConfig
+from taskrunner import App, Delivery, Producer, RunnerConfig
 from taskrunner.attempts import Outcome
 from taskrunner.queue import Queue
 from taskrunner.testing import FakeClock, IdleTimeoutError, run_until_idle
@@ -238,7 +239,7 @@ async def test_a_runner_that_ends_early_raises_its_error_at_once_not_after_the_t
         pass
 
     class AckBreaks(InMemoryQueue):
-        async def ack(self, *args: object, **kwargs: object) -> list[bool]:
+        async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
             raise _BackendBug("ack broke")
 
     clock = FakeClock(autojump=True)
