@@ -34,11 +34,16 @@ def test_a_5x_step_up_reaches_the_band_within_two_decisions(seed: int) -> None:
     assert steady_figures(seed).decisions_to_band <= 2
 
 
-@pytest.mark.parametrize("seed", SEEDS[:2])
+@pytest.mark.parametrize("seed", SEEDS)
 def test_the_controller_beats_the_best_fixed_pool_on_the_same_arrivals(seed: int) -> None:
     # Part of the out-of-band share is the queue's own noise: at critical load a fixed
     # pool's backlog random-walks, a pool one worker larger drains it below the band.
+    # Measured, seeds 0-4: best fixed pool 41, 41, 41, 41, 40 workers, in band 7, 28, 7,
+    # 55, 12 % of decisions; the controller 84, 84, 84, 85, 90 %, out of band 0.11-0.34
+    # times as often as the fixed pool.
     size, fixed = best_fixed_in_band(seed)
+    controller = steady_figures(seed).in_band
 
     assert 38 <= size <= 44
-    assert steady_figures(seed).in_band > fixed + 0.3, (size, fixed)
+    assert controller > fixed + 0.25, (size, fixed, controller)
+    assert 1 - controller <= 0.4 * (1 - fixed), (size, fixed, controller)
