@@ -294,7 +294,8 @@ PROPERTIES: tuple[Property, ...] = (
     Property(
         "X4",
         "worker_registry",
-        "worker entries refresh in place, expire after their TTL, remove idempotently",
+        "worker entries come back as published (attempt counts included), refresh in "
+        "place, expire after their TTL, remove idempotently",
         "queue.worker_registry",
     ),
     Property(

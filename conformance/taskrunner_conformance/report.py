@@ -43,7 +43,7 @@ __all__ = [
 
 Outcome = Literal["passed", "failed", "skipped"]
 
-SUITE_VERSION = "1.4"
+SUITE_VERSION = "1.5"
 
 
 @dataclass(slots=True)

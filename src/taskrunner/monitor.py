@@ -31,6 +31,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, cast
 
+import msgspec
+
 from taskrunner.callbacks import call_callback
 from taskrunner.clock import Clock
 from taskrunner.config import LongQueueHook
@@ -170,12 +172,15 @@ class Monitor:
 
     async def observe(self) -> Observation:
         """Publish, read, compute, react; returns the new observation."""
+        succeeded, failed = self._stats.attempt_totals()
         me = WorkerInfo(
             instance=self._instance,
             workers=self._pool.capacity,
             busy=self._pool.busy,
             average_seconds=self._stats.average_seconds,
             seen_at=self._clock.time(),
+            succeeded=succeeded,
+            failed=failed,
         )
         peers: dict[str, WorkerInfo] = {}
         if self._registry is not None:
@@ -216,13 +221,7 @@ class Monitor:
             if self._registry is not None and self._pool.capacity != me.workers:
                 # Peers divide the cluster's target by what they read here: a size
                 # one interval old made them over-grow (issue 17).
-                resized = WorkerInfo(
-                    instance=me.instance,
-                    workers=self._pool.capacity,
-                    busy=me.busy,
-                    average_seconds=me.average_seconds,
-                    seen_at=me.seen_at,
-                )
+                resized = msgspec.structs.replace(me, workers=self._pool.capacity)
                 await self._registry.publish_worker(
                     resized, ttl_seconds=_TTL_INTERVALS * self._interval
                 )

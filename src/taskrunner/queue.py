@@ -242,6 +242,11 @@ class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
         busy: Workers running a task.
         average_seconds: Moving average of its task durations, None before the first.
         seen_at: Wall-clock time (Unix seconds) of publication.
+        succeeded: Attempts this process ran that succeeded, since it started; None
+            when not published (a worker of an older taskrunner). With `failed`, what
+            a dashboard reads completed and failed jobs per second from.
+        failed: Attempts this process ran that raised or timed out, since it started;
+            None when not published.
     """
 
     instance: str
@@ -249,6 +254,8 @@ class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
     busy: int
     average_seconds: float | None
     seen_at: float
+    succeeded: int | None = None
+    failed: int | None = None
 
 
 class Queue(Protocol):

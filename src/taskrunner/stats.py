@@ -160,6 +160,11 @@ class StatsRecorder:
             task = MALFORMED_TASK
         self._task(task).dead_lettered += 1
 
+    def attempt_totals(self) -> tuple[int, int]:
+        """Succeeded and failed attempts over every task so far (what the registry publishes)."""
+        tasks = self._tasks.values()
+        return sum(c.succeeded for c in tasks), sum(c.failed for c in tasks)
+
     def snapshot(
         self,
         *,

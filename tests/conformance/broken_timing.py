@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from taskrunner.clock import wait_event
 from taskrunner.queue import Delivery, WorkerInfo
 from taskrunner_backends.checks import check_count
@@ -209,6 +211,14 @@ class RegistryTtlTenPercentLong(InMemoryQueue):
         await super().publish_worker(info, ttl_seconds=1.1 * ttl_seconds)
 
 
+class RegistryDropsTheCounts(InMemoryQueue):
+    """Worker entries lose their attempt counts (a registry written before they existed)."""
+
+    async def publish_worker(self, info: WorkerInfo, *, ttl_seconds: float) -> None:
+        dropped = msgspec.structs.replace(info, succeeded=None, failed=None)
+        await super().publish_worker(dropped, ttl_seconds=ttl_seconds)
+
+
 class CleanupTenPercentEager(InMemoryQueue):
     """remove_idle_consumers forgets consumers idle for 90 % of the threshold."""
 
@@ -292,6 +302,7 @@ BROKEN_TIMING: dict[str, tuple[Callable[[], MemoryHarness], str]] = {
     "receive_overstays_its_wait": (subclass_factory(ReceiveOverstaysItsWait), "X16"),
     "wait_ignores_due_times": (subclass_factory(WaitIgnoresDueTimes), "X17"),
     "registry_ttl_ten_percent_long": (subclass_factory(RegistryTtlTenPercentLong), "X18"),
+    "registry_drops_the_counts": (subclass_factory(RegistryDropsTheCounts), "X4"),
     "cleanup_ten_percent_eager": (subclass_factory(CleanupTenPercentEager), "X19"),
     "cleanup_spares_the_exact_instant": (subclass_factory(CleanupSparesTheExactInstant), "X19"),
 }

@@ -22,7 +22,7 @@ from taskrunner.errors import BackendUnavailableError, ConfigurationError, Queue
 from taskrunner.queue import Delivery, Receipt, WorkerInfo
 from taskrunner_backends.postgres import PostgresQueue, migrate_from_url, open_from_url
 from taskrunner_backends.postgres.queue import SAFETY_POLL_SECONDS
-from taskrunner_backends.postgres.schema import LATEST_VERSION
+from taskrunner_backends.postgres.schema import LATEST_VERSION, MIGRATIONS, migrate
 from taskrunner_backends.postgres.testing import age_lease, with_options
 
 pytestmark = pytest.mark.postgres
@@ -181,10 +181,45 @@ async def test_cancelling_a_waiting_receive_propagates_and_leaves_no_task(url: s
 async def test_migrate_never_refuses_an_unmigrated_schema(url: str) -> None:
     with pytest.raises(ConfigurationError, match="taskrunner db migrate"):
         await open_from_url(with_options(url, migrate="never"), queue_name="jobs")
-    assert await migrate_from_url(url) == [f"1: {_description(1)}"]
+    assert await migrate_from_url(url) == [f"{m.version}: {m.description}" for m in MIGRATIONS]
     assert await migrate_from_url(url) == []
     async with opened(with_options(url, migrate="never")) as queue:
         assert await queue.len() == 0
+
+
+async def test_a_version_1_schema_is_upgraded_in_place_and_keeps_its_rows(
+    url: str, postgres_url: str, postgres_schema: str
+) -> None:
+    """Version 2 adds the workers' counts; a row written at version 1 reads as unpublished."""
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as conn:
+        assert [
+            m.version for m in await migrate(conn, postgres_schema, migrations=MIGRATIONS[:1])
+        ] == [1]
+        await conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.workers (queue, instance, workers, busy, average_seconds,"
+                " seen_at, expires_at) VALUES ('jobs', 'old', 3, 1, NULL, 0,"
+                " clock_timestamp() + interval '1 hour')"
+            ).format(sql.Identifier(postgres_schema))
+        )
+
+    assert await migrate_from_url(url) == [f"{m.version}: {m.description}" for m in MIGRATIONS[1:]]
+
+    async with opened(with_options(url, migrate="never")) as queue:
+        [old] = await queue.live_workers()
+        assert (old.instance, old.workers, old.succeeded, old.failed) == ("old", 3, None, None)
+        new = WorkerInfo(
+            instance="new",
+            workers=2,
+            busy=0,
+            average_seconds=0.5,
+            seen_at=1.0,
+            succeeded=2**40,
+            failed=0,
+        )
+        await queue.publish_worker(new, ttl_seconds=60)
+        listed = {w.instance: w for w in await queue.live_workers()}
+        assert listed["new"] == new
 
 
 async def test_a_schema_of_a_newer_taskrunner_is_refused(url: str, postgres_schema: str) -> None:
@@ -242,12 +277,6 @@ async def _looking(queue: PostgresQueue) -> None:
     while event.is_set():
         assert time.monotonic() < deadline, "the receive never started looking"
         await asyncio.sleep(0.005)
-
-
-def _description(version: int) -> str:
-    from taskrunner_backends.postgres.schema import MIGRATIONS
-
-    return next(step.description for step in MIGRATIONS if step.version == version)
 
 
 async def test_a_heartbeat_racing_a_reclaim_on_a_lapsed_lease_never_lets_both_win(

@@ -9,8 +9,13 @@ from ..scenario import ConformanceBase, Scenario, conformance
 __all__ = ["RegistryCases"]
 
 
-def _view(infos: list[WorkerInfo]) -> dict[str, tuple[int, int, float | None]]:
-    return {i.instance: (i.workers, i.busy, i.average_seconds) for i in infos}
+_Entry = tuple[int, int, float | None, int | None, int | None]
+
+
+def _view(infos: list[WorkerInfo]) -> dict[str, _Entry]:
+    return {
+        i.instance: (i.workers, i.busy, i.average_seconds, i.succeeded, i.failed) for i in infos
+    }
 
 
 class RegistryCases(ConformanceBase):
@@ -24,24 +29,47 @@ class RegistryCases(ConformanceBase):
         mine, theirs = s.require_registry(), s.require_registry(await s.open())
         ttl = s.lease
         now = 1_767_225_600.0
+        # Counts as a worker publishes them (None: a worker that publishes none).
         await mine.publish_worker(
             WorkerInfo(instance="w1", workers=4, busy=1, average_seconds=None, seen_at=now),
             ttl_seconds=ttl,
         )
         await theirs.publish_worker(
-            WorkerInfo(instance="w2", workers=8, busy=0, average_seconds=0.5, seen_at=now),
+            WorkerInfo(
+                instance="w2",
+                workers=8,
+                busy=0,
+                average_seconds=0.5,
+                seen_at=now,
+                succeeded=2**40,
+                failed=0,
+            ),
             ttl_seconds=ttl,
         )
-        assert _view(await mine.live_workers()) == {"w1": (4, 1, None), "w2": (8, 0, 0.5)}
+        assert _view(await mine.live_workers()) == {
+            "w1": (4, 1, None, None, None),
+            "w2": (8, 0, 0.5, 2**40, 0),
+        }, "published fields did not come back as published"
 
         await mine.publish_worker(
-            WorkerInfo(instance="w1", workers=4, busy=3, average_seconds=0.2, seen_at=now),
+            WorkerInfo(
+                instance="w1",
+                workers=4,
+                busy=3,
+                average_seconds=0.2,
+                seen_at=now,
+                succeeded=17,
+                failed=3,
+            ),
             ttl_seconds=10 * ttl,
         )
-        assert _view(await theirs.live_workers()) == {"w1": (4, 3, 0.2), "w2": (8, 0, 0.5)}
+        assert _view(await theirs.live_workers()) == {
+            "w1": (4, 3, 0.2, 17, 3),
+            "w2": (8, 0, 0.5, 2**40, 0),
+        }, "a refresh did not replace the entry's fields"
 
         await s.advance(ttl + s.margin)
-        assert _view(await theirs.live_workers()) == {"w1": (4, 3, 0.2)}, (
+        assert _view(await theirs.live_workers()) == {"w1": (4, 3, 0.2, 17, 3)}, (
             "an entry outlived its TTL"
         )
         await theirs.remove_worker("w1")

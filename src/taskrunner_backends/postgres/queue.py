@@ -86,6 +86,7 @@ DISCONNECTED_POLL_SECONDS = 0.25
 _LOCKED_POLL_SECONDS = 0.05
 
 _MAX_INT4 = 2**31 - 1
+_MAX_INT8 = 2**63 - 1
 
 # Longest stretch the pool retries one connection before leaving it to the next call.
 _RECONNECT_SECONDS = 5.0
@@ -299,11 +300,12 @@ _DELETE_QUEUE = (
 
 _PUBLISH_WORKER = """
 INSERT INTO {s}.workers
-    (queue, instance, workers, busy, average_seconds, seen_at, expires_at)
-VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp() + %s * interval '1 second')
+    (queue, instance, workers, busy, average_seconds, seen_at, succeeded, failed, expires_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, clock_timestamp() + %s * interval '1 second')
 ON CONFLICT (queue, instance) DO UPDATE SET
     workers = EXCLUDED.workers, busy = EXCLUDED.busy,
     average_seconds = EXCLUDED.average_seconds, seen_at = EXCLUDED.seen_at,
+    succeeded = EXCLUDED.succeeded, failed = EXCLUDED.failed,
     expires_at = EXCLUDED.expires_at
 """
 
@@ -316,9 +318,14 @@ WITH forgotten AS (
     DELETE FROM {s}.workers
     WHERE queue = %(queue)s AND expires_at <= clock_timestamp() - interval '1 minute'
 )
-SELECT instance, workers, busy, average_seconds, seen_at FROM {s}.workers
+SELECT instance, workers, busy, average_seconds, seen_at, succeeded, failed FROM {s}.workers
 WHERE queue = %(queue)s AND expires_at > clock_timestamp()
 """
+
+
+def _count_or_none(count: int | None) -> int | None:
+    """A published count as a bigint column takes it (a caller's int may be any size)."""
+    return None if count is None else max(0, min(count, _MAX_INT8))
 
 
 def _fence_key(delivery: Delivery) -> tuple[int, str, int] | None:
@@ -794,6 +801,8 @@ class PostgresQueue:
                 min(info.busy, _MAX_INT4),
                 info.average_seconds,
                 info.seen_at,
+                _count_or_none(info.succeeded),
+                _count_or_none(info.failed),
                 ttl,
             ),
         )
@@ -820,8 +829,10 @@ class PostgresQueue:
                 busy=int(busy),
                 average_seconds=None if average is None else float(average),
                 seen_at=float(seen_at),
+                succeeded=None if succeeded is None else int(succeeded),
+                failed=None if failed is None else int(failed),
             )
-            for instance, workers, busy, average, seen_at in rows
+            for instance, workers, busy, average, seen_at, succeeded, failed in rows
         ]
 
 

@@ -17,7 +17,8 @@ Tables (version 1):
   the row exists; a partial unique index makes two holders impossible.
 * ``dead_letters``: dead-lettered messages; ``reason`` is UTF-8 in a ``bytea`` because
   PostgreSQL text cannot hold NUL and a reason is kept whole.
-* ``workers``: the worker registry, one row per (queue, instance) with its expiry.
+* ``workers``: the worker registry, one row per (queue, instance) with its expiry
+  (version 2 adds each worker's succeeded and failed attempt counts).
 * ``leaders``: one row per election: the current or last holder, its fencing token
   (kept after a resign or lapse, so the next one is larger) and the lease's expiry.
 * ``fires``: the last fired instant per periodic schedule.
@@ -133,9 +134,18 @@ _V1 = (
     "CREATE INDEX results_by_expiry ON {s}.results (expires_at)",
 )
 
+# Nullable: a row written by a worker of version 1 has no counts, and a NULL reads as
+# "not published" (WorkerInfo's None), not as zero.
+_V2 = (
+    """ALTER TABLE {s}.workers
+        ADD COLUMN IF NOT EXISTS succeeded bigint,
+        ADD COLUMN IF NOT EXISTS failed bigint""",
+)
+
 #: Every step, oldest first. A released step is never edited: a change is a new step.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "messages, dead letters, workers, leaders, fires, results", _V1),
+    Migration(2, "workers: succeeded and failed attempt counts", _V2),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
