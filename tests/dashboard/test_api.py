@@ -7,15 +7,18 @@ import time
 
 import pytest
 
+from taskrunner import Runner, RunnerConfig
 from taskrunner.app import App
-from taskrunner.dashboard import Dashboard, Guard, QueueSet
+from taskrunner.dashboard import Dashboard, Guard, QueueSet, Sampler
 from taskrunner.dashboard.data import PAGE_SIZE, WORKERS_SHOWN
 from taskrunner.errors import BackendUnavailableError
 from taskrunner.producer import Producer
 from taskrunner.queue import Queue, WorkerInfo, leadership_of
 from taskrunner.scheduler import ELECTION
-from taskrunner_backends.memory import open_from_url
+from taskrunner.testing import FakeClock
+from taskrunner_backends.memory import InMemoryQueue, open_from_url
 from tests.dashboard.support import TOKEN, CountingQueue, client, dashboard, memory_url
+from tests.support import running
 
 
 async def _dead_letter(queue: Queue, app: App, payload: object, *, reason: str) -> str:
@@ -490,3 +493,40 @@ async def test_a_queue_that_cannot_be_opened_shows_its_error_on_its_row() -> Non
     down, up = response.json()["queues"]
     assert "server unreachable (simulated)" in down["error"]
     assert up["error"] is None
+
+
+async def test_completed_and_failed_rates_come_from_workers_running_elsewhere() -> None:
+    """No in-process source: the overview's rates are read from the worker registry."""
+    clock = FakeClock()
+    queue = InMemoryQueue(clock=clock)
+    app = App("jobs")
+
+    @app.task(max_retries=0)
+    async def job(ok: bool) -> None:
+        if not ok:
+            raise ValueError("no")
+
+    async def opener(name: str) -> Queue:
+        return queue
+
+    board = Dashboard(
+        queues=QueueSet([app.queue], opener), url="memory://", sampler=Sampler(clock=clock)
+    )
+    producer = Producer(queue, app, clock=clock)
+    runner = Runner(queue, app, RunnerConfig(monitor_interval_seconds=1.0), clock=clock)
+    async with client(board) as http, running(runner):
+        await clock.advance(1.5)  # the worker has published zero counts
+        first = (await http.get("/api/overview")).json()
+        first_at = clock.monotonic()
+        await producer.dispatch_many(job, [True] * 6 + [False] * 2)
+        await clock.run_until(lambda: runner.stats().failed == 2, step=0.1, limit=30)
+        await clock.advance(1.5)  # a monitor interval: the new counts are published
+        second = (await http.get("/api/overview")).json()
+        elapsed = clock.monotonic() - first_at
+
+    [worker] = second["workers"]
+    assert (worker["succeeded"], worker["failed"]) == (6, 2)
+    assert first["throughput"] == []  # one sample: no rate yet
+    [point] = second["throughput"]
+    assert point["completed_per_second"] == pytest.approx(6 / elapsed)
+    assert point["failed_per_second"] == pytest.approx(2 / elapsed)

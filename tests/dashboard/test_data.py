@@ -9,6 +9,7 @@ from taskrunner.dashboard.data import (
     SAMPLE_WINDOW_SECONDS,
     QueueRow,
     Sampler,
+    WorkerRow,
     dead_letter_view,
     page_bounds,
 )
@@ -58,6 +59,73 @@ async def test_completed_per_second_comes_from_the_source() -> None:
     sampler.record([])
 
     assert sampler.series()[0]["completed_per_second"] == pytest.approx(5.0)
+
+
+def _worker(
+    instance: str, succeeded: int | None, failed: int | None, queue: str = "q"
+) -> WorkerRow:
+    return WorkerRow(
+        queue=queue,
+        instance=instance,
+        workers=4,
+        busy=0,
+        average_seconds=None,
+        seen_seconds_ago=0.0,
+        succeeded=succeeded,
+        failed=failed,
+    )
+
+
+async def test_completed_and_failed_per_second_come_from_the_workers_published_counts() -> None:
+    clock = FakeClock()
+    sampler = Sampler(clock=clock)
+    sampler.record([], [_worker("a", 100, 7), _worker("b", 50, 0), _worker("a", 5, 5, queue="r")])
+    await clock.advance(2)
+    sampler.record(
+        [],
+        [
+            _worker("a", 120, 9),  # +20, +2
+            _worker("b", 10, 0),  # went down: a new base, not a negative rate
+            _worker("a", 9, 5, queue="r"),  # the same instance on another queue: +4
+            _worker("c", 1000, 1000),  # first sight: the base only
+        ],
+    )
+    await clock.advance(2)
+    sampler.record([], [_worker("b", 16, 1), _worker("c", 1000, 1003)])  # a stopped
+
+    first, second = sampler.series()
+    assert first["completed_per_second"] == pytest.approx(24 / 2)
+    assert first["failed_per_second"] == pytest.approx(2 / 2)
+    assert second["completed_per_second"] == pytest.approx(6 / 2)
+    assert second["failed_per_second"] == pytest.approx(4 / 2)
+
+
+async def test_rates_are_unknown_when_no_worker_publishes_counts_and_zero_when_idle() -> None:
+    clock = FakeClock()
+    sampler = Sampler(clock=clock)
+    sampler.record([], [_worker("old", None, None)])
+    await clock.advance(1)
+    sampler.record([], [_worker("old", None, None)])
+    await clock.advance(1)
+    sampler.record([], [_worker("old", None, None), _worker("new", 3, 0)])
+    await clock.advance(1)
+    sampler.record([], [_worker("old", None, None), _worker("new", 3, 0)])
+
+    rates = [(p["completed_per_second"], p["failed_per_second"]) for p in sampler.series()]
+    assert rates == [(None, None), (0.0, 0.0), (0.0, 0.0)]
+
+
+async def test_the_in_process_source_overrides_the_completed_rate_only() -> None:
+    clock = FakeClock()
+    completed = [0]
+    sampler = Sampler(clock=clock, completed_source=lambda: completed[0])
+    sampler.record([], [_worker("a", 0, 0)])
+    await clock.advance(1)
+    completed[0] = 7
+    sampler.record([], [_worker("a", 3, 2)])
+
+    [point] = sampler.series()
+    assert (point["completed_per_second"], point["failed_per_second"]) == (7.0, 2.0)
 
 
 async def test_samples_closer_than_half_a_second_are_one() -> None:

@@ -176,6 +176,8 @@ class WorkerRow(msgspec.Struct, frozen=True, kw_only=True):
     busy: int
     average_seconds: float | None
     seen_seconds_ago: float
+    succeeded: int | None = None
+    failed: int | None = None
 
 
 class QueueRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -243,6 +245,8 @@ async def queue_row(
             busy=w.busy,
             average_seconds=w.average_seconds,
             seen_seconds_ago=max(0.0, now - w.seen_at),
+            succeeded=w.succeeded,
+            failed=w.failed,
         )
         for w in sorted(live or (), key=lambda w: w.instance)
     ]
@@ -254,7 +258,12 @@ class Point(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
 
     at: float
     completed_per_second: float | None
+    failed_per_second: float | None
     dead_per_second: float
+
+
+# (queue, instance) -> (succeeded, failed) as last published.
+_Counts = dict[tuple[str, str], tuple[int, int]]
 
 
 @dataclass
@@ -263,9 +272,16 @@ class Sampler:
 
     Dead letters per second come from the change of the dead counts of the queues
     stat'ed by two successive samples (a queue off the page is not counted, so the
-    figure covers the page shown). Completed per second needs a counter no backend
-    keeps: it comes from `completed_source` (the in-process runners' succeeded +
-    failed counts, as ``taskrunner demo --dashboard`` gives), else it is None.
+    figure covers the page shown). Completed (succeeded attempts) and failed attempts
+    per second come from the counts each worker publishes in the worker registry,
+    summed over the workers of the queues shown: a worker counts from its second
+    sample on (its first gives the base), a worker that restarts is a new instance,
+    and a count that went down is taken as a new base. The registry is refreshed once
+    per monitor interval of each worker (2 s by default), so the rates move in such
+    steps. They are None when no worker shown publishes counts (a backend without a
+    registry, workers of an older taskrunner). `completed_source`, when given (the
+    in-process runners of ``taskrunner demo --dashboard``), is read instead of the
+    registry for the completed rate.
     """
 
     clock: Clock = field(default_factory=SystemClock)
@@ -274,12 +290,18 @@ class Sampler:
     _last_at: float | None = None
     _last_dead: dict[str, int] = field(default_factory=dict)
     _last_completed: int | None = None
+    _last_counts: _Counts = field(default_factory=dict)
 
-    def record(self, rows: Sequence[QueueRow]) -> None:
+    def record(self, rows: Sequence[QueueRow], workers: Sequence[WorkerRow] = ()) -> None:
         """Add a sample from one refresh's rows (too close to the last one: skipped)."""
         now = self.clock.monotonic()
         dead = {row.name: row.dead for row in rows if row.error is None}
         completed = None if self.completed_source is None else self.completed_source()
+        counts: _Counts = {
+            (w.queue, w.instance): (w.succeeded, w.failed)
+            for w in workers
+            if w.succeeded is not None and w.failed is not None
+        }
         if self._last_at is not None:
             elapsed = now - self._last_at
             if elapsed < 0.5:
@@ -289,13 +311,19 @@ class Sampler:
                 for name, count in dead.items()
                 if name in self._last_dead
             )
-            rate = None
+            succeeded_rate, failed_rate = _count_rates(self._last_counts, counts, elapsed)
             if completed is not None and self._last_completed is not None:
-                rate = max(0, completed - self._last_completed) / elapsed
+                succeeded_rate = max(0, completed - self._last_completed) / elapsed
             self.points.append(
-                Point(at=now, completed_per_second=rate, dead_per_second=died / elapsed)
+                Point(
+                    at=now,
+                    completed_per_second=succeeded_rate,
+                    failed_per_second=failed_rate,
+                    dead_per_second=died / elapsed,
+                )
             )
         self._last_at, self._last_dead, self._last_completed = now, dead, completed
+        self._last_counts = counts
         while self.points and self.points[0].at < now - SAMPLE_WINDOW_SECONDS:
             self.points.popleft()
 
@@ -306,10 +334,27 @@ class Sampler:
             {
                 "seconds_ago": round(now - p.at, 3),
                 "completed_per_second": p.completed_per_second,
+                "failed_per_second": p.failed_per_second,
                 "dead_per_second": p.dead_per_second,
             }
             for p in self.points
         ]
+
+
+def _count_rates(
+    before: _Counts, after: _Counts, elapsed: float
+) -> tuple[float | None, float | None]:
+    """Succeeded and failed attempts per second between two samples of worker counts."""
+    if not before and not after:
+        return None, None
+    succeeded = failed = 0
+    for key, (ok, bad) in after.items():
+        last = before.get(key)
+        if last is None or ok < last[0] or bad < last[1]:
+            continue  # first sight, or counting again from a new base
+        succeeded += ok - last[0]
+        failed += bad - last[1]
+    return succeeded / elapsed, failed / elapsed
 
 
 class DeadLetterView(msgspec.Struct, frozen=True, kw_only=True):

@@ -243,7 +243,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
             row, live, _ = await queue_row(name, queue, now)
             rows.append(row)
             workers.extend(live)
-        d.sampler.record(rows)
+        d.sampler.record(rows, workers)
         timed = [(w.average_seconds, w.workers) for w in workers if w.average_seconds is not None]
         weight = sum(n for _, n in timed)
         return {

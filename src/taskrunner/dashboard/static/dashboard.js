@@ -85,11 +85,12 @@
     var max = 1;
     var span = 60;
     points.forEach(function (p) {
-      max = Math.max(max, p.completed_per_second || 0, p.dead_per_second);
+      max = Math.max(max, p.completed_per_second || 0, p.failed_per_second || 0, p.dead_per_second);
       span = Math.max(span, p.seconds_ago);
     });
     span = Math.min(span, 900);
     document.getElementById("line-completed").setAttribute("points", line(points, "completed_per_second", max, span));
+    document.getElementById("line-failed").setAttribute("points", line(points, "failed_per_second", max, span));
     document.getElementById("line-dead").setAttribute("points", line(points, "dead_per_second", max, span));
     document.getElementById("chart-span").textContent =
       "last " + Math.round(span) + " s, peak " + max.toFixed(1) + "/s";
@@ -97,6 +98,8 @@
     if (last) {
       document.getElementById("rate-completed").textContent =
         last.completed_per_second === null ? "unknown" : last.completed_per_second.toFixed(1);
+      document.getElementById("rate-failed").textContent =
+        last.failed_per_second === null ? "unknown" : last.failed_per_second.toFixed(1);
       document.getElementById("rate-dead").textContent = last.dead_per_second.toFixed(1);
     }
   }
