@@ -13,15 +13,31 @@ in-band share on the same arrivals, and for two and three processes the largest 
 95th-percentile ratio of the largest to the smallest process. The last line is one
 JSON object with every figure. The SVG (written here, no plotting library) shows seed
 0's pool size and predicted wait over the whole run.
+
+``--bound`` (about a minute) answers whether any controller could do better on this
+load: it computes, by dynamic programming, the policy that minimises reversals +
+mu x decisions out of band on a model of the steady phase (the backlog a random walk
+with the simulation's drift and variance, one decision a second, sizes 35-46, at most
+two workers per step, the duration average's noise in the predicted wait), knowing the
+arrival rate exactly, and runs that policy through the same simulation and seeds
+(the real Autoscaler outside the model's range: warm-up, burst). For each mu it prints
+the model's expectation and the figures over the seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import sys
 import time
 from pathlib import Path
+
+from taskrunner.clock import Clock
+from taskrunner.config import TuningConfig
+from taskrunner.pool import WorkerPool
+from taskrunner.tuning import Autoscaler
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,7 +48,176 @@ from tests.tuning.figures import (  # noqa: E402
     best_fixed_in_band,
     steady_figures,
 )
-from tests.tuning.simulation import Run, simulate  # noqa: E402
+from tests.tuning.simulation import (  # noqa: E402
+    EWMA_WEIGHT,
+    MAX_SECONDS,
+    MIN_SECONDS,
+    TICK,
+    Run,
+    simulate,
+)
+
+# The model of --bound: backlog in bins of this many messages, up to _B_MAX.
+_B_STEP, _B_MAX = 4, 400
+_SIZES = range(35, 47)
+_MAX_STEP = 2
+
+Policy = dict[tuple[int, int, int], int]  # (backlog bin, size, last direction) -> size
+
+
+def optimal_policy(mu: float, tuning: TuningConfig = TUNING) -> tuple[Policy, float, float]:
+    """The policy minimising reversals + mu x out-of-band decisions, per decision.
+
+    Average-cost value iteration on (backlog, size, direction of the last resize).
+    Returns the policy and its expected reversals per minute and in-band share (from
+    the model's stationary distribution).
+    """
+    rate = STEADY[1].rate
+    mean = (MIN_SECONDS + MAX_SECONDS) / 2
+    var = (MAX_SECONDS - MIN_SECONDS) ** 2 / 12
+    # A worker is freed on the first tick after its task ends: half a tick more each.
+    neutral = rate * (mean + TICK / 2)
+    # Per second: Poisson arrivals plus the renewal noise of ~neutral busy workers.
+    variance = rate + neutral * var / mean**3
+    average_sd = math.sqrt(EWMA_WEIGHT / (2 - EWMA_WEIGHT) * var)
+    lower = tuning.desired_wait_seconds - tuning.wait_tolerance_seconds
+    upper = tuning.desired_wait_seconds + tuning.wait_tolerance_seconds
+    bins = range(_B_MAX // _B_STEP + 1)
+    sizes = list(_SIZES)
+
+    def cdf(x: float) -> float:
+        return 0.5 * (1 + math.erf((x - mean) / (average_sd * math.sqrt(2))))
+
+    def in_band(b: int, w: int) -> float:
+        backlog = b * _B_STEP
+        return cdf(upper * w / backlog) - cdf(lower * w / backlog) if backlog else 0.0
+
+    band = {(b, w): in_band(b, w) for b in bins for w in sizes}
+    spread = math.sqrt(variance) / _B_STEP
+    moves: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for w in sizes:
+        drift = (neutral - w) / mean / _B_STEP
+        for b in bins:
+            weights = [
+                (j, math.exp(-(((j - b - drift) / spread) ** 2) / 2))
+                for j in range(max(0, int(b + drift - 4 * spread)), int(b + drift + 4 * spread) + 2)
+                if j in bins
+            ]
+            total = sum(p for _, p in weights)
+            moves[b, w] = [(j, p / total) for j, p in weights]
+    states = [(b, w, d) for b in bins for w in sizes for d in (-1, 1)]
+    value = dict.fromkeys(states, 0.0)
+    policy: Policy = {}
+    for _ in range(2000):
+        expected = {
+            (b, w, d): sum(p * value[j, w, d] for j, p in moves[b, w])
+            for b in bins
+            for w in sizes
+            for d in (-1, 1)
+        }
+        new: dict[tuple[int, int, int], float] = {}
+        for b, w, d in states:
+            best, choice = math.inf, w
+            for to in range(max(sizes[0], w - _MAX_STEP), min(sizes[-1], w + _MAX_STEP) + 1):
+                step = (to > w) - (to < w)
+                cost = (1.0 if step == -d else 0.0) + expected[b, to, step or d]
+                if cost < best:
+                    best, choice = cost, to
+            new[b, w, d] = mu * (1 - band[b, w]) + best
+            policy[b, w, d] = choice
+        gain = new[40, 40, -1]
+        change = max(abs(new[s] - gain - value[s]) for s in states)
+        value = {s: new[s] - gain for s in states}
+        if change < 1e-6:
+            break
+    # The stationary distribution under the policy, by iteration from uniform.
+    weight = dict.fromkeys(states, 1 / len(states))
+    for _ in range(3000):
+        after = dict.fromkeys(states, 0.0)
+        for (b, w, d), p in weight.items():
+            to = policy[b, w, d]
+            step = (to > w) - (to < w)
+            for j, q in moves[b, to]:
+                after[j, to, step or d] += p * q
+        weight = after
+    reversals = sum(
+        p
+        for (b, w, d), p in weight.items()
+        if (policy[b, w, d] > w and d == -1) or (policy[b, w, d] < w and d == 1)
+    )
+    held = sum(p * band[b, w] for (b, w, _), p in weight.items())
+    return policy, reversals * 60, held
+
+
+class _PolicyScaler:
+    """Applies an `optimal_policy` table inside the model's range, the Autoscaler outside."""
+
+    def __init__(self, pool: WorkerPool, clock: Clock, *, policy: Policy) -> None:
+        self._pool = pool
+        self._policy = policy
+        self._fallback = Autoscaler(pool, TUNING, clock=clock)
+        self._direction = -1
+
+    def apply(
+        self,
+        *,
+        backlog: int,
+        workers: int,
+        busy: int,
+        average_seconds: float | None,
+        processes: int | None = None,
+    ) -> None:
+        before = self._pool.capacity
+        key = (round(backlog / _B_STEP), before, self._direction)
+        if key in self._policy:
+            self._pool.resize(self._policy[key])
+        else:
+            self._fallback.apply(
+                backlog=backlog, workers=workers, busy=busy, average_seconds=average_seconds
+            )
+        after = self._pool.capacity
+        if after != before:
+            self._direction = 1 if after > before else -1
+
+
+def bound(seeds: int, mus: list[float]) -> list[dict[str, float]]:
+    """For each mu: the optimal policy's expected figures, and measured over the seeds."""
+    from tests.tuning.figures import _of, in_band, reversals_per_minute
+
+    rows = []
+    for mu in mus:
+        policy, model_reversals, model_in_band = optimal_policy(mu)
+        reversals, shares = [], []
+        for seed in range(seeds):
+            run = simulate(
+                STEADY[:2],
+                TUNING,
+                seed=seed,
+                scaler=functools.partial(_PolicyScaler, policy=policy),
+            )
+            steady = _of(run, "steady")
+            reversals.append(reversals_per_minute(steady, _of(run, "warmup")[-1].size_after))
+            shares.append(in_band(steady, TUNING))
+        row = {
+            "mu": mu,
+            "model_reversals_per_minute": round(model_reversals, 2),
+            "model_in_band": round(model_in_band, 3),
+            "reversals_min": round(min(reversals), 2),
+            "reversals_mean": round(sum(reversals) / seeds, 2),
+            "reversals_max": round(max(reversals), 2),
+            "in_band_min": round(min(shares), 3),
+            "in_band_mean": round(sum(shares) / seeds, 3),
+            "in_band_max": round(max(shares), 3),
+        }
+        print(
+            f"mu {mu:5.3f}  model: {model_reversals:4.2f} rev/min, {model_in_band:5.1%} in band;"
+            f"  seeds: {min(reversals):.1f}-{max(reversals):.1f} rev/min (mean "
+            f"{row['reversals_mean']:.2f}), {min(shares):.0%}-{max(shares):.0%} in band (mean "
+            f"{row['in_band_mean']:.1%})",
+            flush=True,
+        )
+        rows.append(row)
+    return rows
 
 
 def _share_ratios(seed: int, processes: int) -> tuple[float, float]:
@@ -128,8 +313,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--svg", default=str(ROOT / "docs/images/tuning-noise.svg"))
+    parser.add_argument(
+        "--bound",
+        action="store_true",
+        help="instead: the optimal policy of a model of the steady phase, per mu",
+    )
+    parser.add_argument("--mu", type=float, nargs="+", default=[0.07, 0.1, 0.14])
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.bound:
+        rows = bound(args.seeds, args.mu)
+        print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)
+        print(json.dumps({"bound": rows}))
+        return
     rows = []
     print("seed  rev/min  in-band  to-band  fixed(size, in-band)  2p max/p95  3p max/p95")
     for seed in range(args.seeds):

@@ -13,24 +13,51 @@ The model: Poisson arrivals (exponential gaps, rate per phase), task durations u
 on [0.25, 0.75] s (mean 0.5), one shared FIFO backlog, each process starting tasks as
 soon as it has a free worker, and a monitor per process every `interval` seconds
 (offset so processes do not observe in the same instant). Time advances in ticks of
-`_TICK` seconds, finer than any task.
+`TICK` seconds, finer than any task.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from taskrunner.clock import Clock
 from taskrunner.config import TuningConfig
 from taskrunner.pool import WorkerPool
 from taskrunner.tuning import Autoscaler, predicted_wait
 
-__all__ = ["Decision", "Phase", "Run", "simulate"]
+__all__ = [
+    "EWMA_WEIGHT",
+    "MAX_SECONDS",
+    "MIN_SECONDS",
+    "TICK",
+    "Decision",
+    "Phase",
+    "Run",
+    "Scaler",
+    "simulate",
+]
 
-_TICK = 0.02
-_EWMA_WEIGHT = 0.1  # as taskrunner.stats
-_MIN_SECONDS, _MAX_SECONDS = 0.25, 0.75
+TICK = 0.02
+EWMA_WEIGHT = 0.1  # as taskrunner.stats
+MIN_SECONDS, MAX_SECONDS = 0.25, 0.75
+
+
+class Scaler(Protocol):
+    """What the harness calls once per observation: `Autoscaler.apply`'s signature."""
+
+    def apply(
+        self,
+        *,
+        backlog: int,
+        workers: int,
+        busy: int,
+        average_seconds: float | None,
+        processes: int | None = None,
+    ) -> object: ...
 
 
 class _Clock:
@@ -72,7 +99,7 @@ class Decision:
 @dataclass
 class _Process:
     pool: WorkerPool
-    scaler: Autoscaler | None
+    scaler: Scaler | None
     running: list[float] = field(default_factory=list)  # finish times (a heap)
     published: int = 0
     published_busy: int = 0
@@ -100,11 +127,15 @@ def simulate(
     start_size: int | None = None,
     fixed_size: int | None = None,
     publish_after_resize: bool = True,
+    scaler: Callable[[WorkerPool, Clock], Scaler] | None = None,
 ) -> Run:
     """Run the phases once; `tuning` None with `fixed_size` is a fixed pool per process.
 
     `publish_after_resize` False reproduces the old monitor: peers see the size a
-    process had before its last resize.
+    process had before its last resize. `scaler`, given, makes each process's scaler
+    from its pool and the simulated clock instead of the real `Autoscaler`
+    (bench/tuning_sim.py runs the optimal policy of a model through the same arrivals
+    with it).
     """
     rng = random.Random(seed)
     clock = _Clock()
@@ -113,9 +144,13 @@ def simulate(
         size = fixed_size if tuning is None else (start_size or tuning.min_workers)
         assert size is not None
         pool = WorkerPool(size)
-        scaler = None if tuning is None else Autoscaler(pool, tuning, clock=clock)
+        made: Scaler | None = None
+        if scaler is not None:
+            made = scaler(pool, clock)
+        elif tuning is not None:
+            made = Autoscaler(pool, tuning, clock=clock)
         procs.append(
-            _Process(pool, scaler, published=size, next_observe=interval * (index + 1) / processes)
+            _Process(pool, made, published=size, next_observe=interval * (index + 1) / processes)
         )
     backlog = 0
     decisions: list[Decision] = []
@@ -127,7 +162,7 @@ def simulate(
         end = t + phase.seconds
         next_arrival = t + (rng.expovariate(phase.rate) if phase.rate > 0 else phase.seconds)
         while t < end:
-            t = round(t + _TICK, 9)
+            t = round(t + TICK, 9)
             clock.now = t
             while next_arrival <= t and next_arrival < end:
                 backlog += 1
@@ -141,14 +176,14 @@ def simulate(
                     del finished
                     proc.pool.finish()
                 while backlog and proc.pool.free() > 0:
-                    duration = rng.uniform(_MIN_SECONDS, _MAX_SECONDS)
+                    duration = rng.uniform(MIN_SECONDS, MAX_SECONDS)
                     assert proc.pool.try_reserve(1) == 1
                     proc.pool.start()
                     heapq.heappush(proc.running, t + duration)
                     proc.average = (
                         duration
                         if proc.average is None
-                        else proc.average + _EWMA_WEIGHT * (duration - proc.average)
+                        else proc.average + EWMA_WEIGHT * (duration - proc.average)
                     )
                     backlog -= 1
             for index, proc in enumerate(procs):
