@@ -14,14 +14,14 @@ in-band share on the same arrivals, and for two and three processes the largest 
 JSON object with every figure. The SVG (written here, no plotting library) shows seed
 0's pool size and predicted wait over the whole run.
 
-``--bound`` (about 30 s for the default five seeds and three mu) answers whether any controller could do better on this
-load: it computes, by dynamic programming, the policy that minimises reversals +
-mu x decisions out of band on a model of the steady phase (the backlog a random walk
-with the simulation's drift and variance, one decision a second, sizes 35-46, at most
-two workers per step, the duration average's noise in the predicted wait), knowing the
-arrival rate exactly, and runs that policy through the same simulation and seeds
-(the real Autoscaler outside the model's range: warm-up, burst). For each mu it prints
-the model's expectation and the figures over the seeds.
+``--bound`` (about 30 s for the default five seeds and three mu) answers whether any
+controller could do better on this load: it computes, by dynamic programming, the
+policy that minimises reversals + mu x decisions out of band on a model of the steady
+phase (the backlog a random walk with the simulation's drift and variance, one
+decision a second, sizes 35-46, at most two workers per step, the duration average's
+noise in the predicted wait), knowing the arrival rate exactly, and runs that policy
+through the same simulation and seeds (the real Autoscaler outside the model's range:
+warm-up, burst). For each mu it prints the model's expectation and the figures over the seeds.
 """
 
 from __future__ import annotations
