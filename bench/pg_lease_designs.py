@@ -23,6 +23,8 @@ after a failure). Designs:
 * ``combined``: the current schema, but one statement per cycle: the fenced ack of the
   previous batch and the receive of the next (``WITH acked AS (DELETE ...), picked AS
   (...) UPDATE ...``): one round trip and one commit per batch instead of two.
+* ``combined_unprepared``: the same, never prepared (each run planned afresh), to tell
+  a plan-caching effect from the statement's own cost.
 * ``two_table``: ``ready`` (indexes: pkey, ``(queue, available_at, id)``) and ``leased``
   (pkey, ``(queue, expires_at)``); receive moves rows in one statement (``WITH moved AS
   (DELETE FROM ready ... SKIP LOCKED ... RETURNING *) INSERT INTO leased ... RETURNING``),
@@ -36,6 +38,9 @@ after a failure). Designs:
 * ``hot_async``: the same with ``synchronous_commit = off``.
 * ``raw_async``: ``raw`` with ``synchronous_commit = off`` (how much of the baseline's
   time is the commit's flush).
+* ``unlogged``: ``current`` on an ``UNLOGGED`` copy of the table (no WAL at all). Not a
+  candidate: a crash empties an unlogged table. It bounds what WAL costs the current
+  statements.
 
 Per design: jobs/s (first statement to last reply), ratio to ``raw`` of the same
 repetition, client CPU (this process, ``time.process_time``), server CPU (the loops'
@@ -85,6 +90,7 @@ class Design:
     table: str  # the table N rows are inserted into
     make_loop: Callable[[str], Loop]  # schema -> loop(conn, jobs)
     session: tuple[str, ...] = ()  # statements run on each loop's connection first
+    prepare: bool = True  # psycopg prepares a statement after 5 runs; False: never
 
 
 def _q(template: str, schema: str) -> sql.Composed:
@@ -327,6 +333,26 @@ def hot_loop(schema: str) -> Loop:
     return loop
 
 
+def unlogged_loop(schema: str) -> Loop:
+    receive = _q(pg_queue._RECEIVE.replace("{s}.messages", "{s}.ulog"), schema)
+    ack = _q(pg_queue._ACK.replace("{s}.messages", "{s}.ulog"), schema)
+
+    async def loop(conn: psycopg.AsyncConnection[Any], jobs: int) -> None:
+        consumer = f"c{id(conn)}"
+        params = {"queue": QUEUE, "consumer": consumer, "lease": 60.0, "limit": BATCH}
+        done = 0
+        while done < jobs:
+            rows = await _all(conn, receive, params)
+            if not rows:
+                return
+            acked = await _all(conn, ack, _ack_params(consumer, rows))
+            if len(acked) != len(rows):
+                raise SystemExit(f"unlogged: acked {len(acked)} of {len(rows)}")
+            done += len(rows)
+
+    return loop
+
+
 _ASYNC = ("SET synchronous_commit = off",)
 
 DESIGNS: dict[str, Design] = {
@@ -335,10 +361,18 @@ DESIGNS: dict[str, Design] = {
     "current": Design([], "messages", current_loop),
     "current_async": Design([], "messages", current_loop, _ASYNC),
     "combined": Design([], "messages", combined_loop),
+    "combined_unprepared": Design([], "messages", combined_loop, prepare=False),
     "two_table": Design(_TWO_TABLE_SETUP, "ready", two_table_loop),
     "two_table_async": Design([], "ready", two_table_loop, _ASYNC),
     "hot": Design(_HOT_SETUP, "hot", hot_loop),
     "hot_async": Design([], "hot", hot_loop, _ASYNC),
+    # Not a candidate (an unlogged table is emptied by a crash: no durable_enqueue), the
+    # bound on what WAL costs the current statements.
+    "unlogged": Design(
+        ["CREATE UNLOGGED TABLE {s}.ulog (LIKE {s}.messages INCLUDING ALL)"],
+        "ulog",
+        unlogged_loop,
+    ),
 }
 
 
@@ -411,6 +445,7 @@ async def measure(
     design = DESIGNS[name]
     await fill(admin, schema, design.table, n)
     for conn in loops:
+        conn.prepare_threshold = 5 if design.prepare else None
         await conn.execute("RESET synchronous_commit")
         for statement in design.session:
             await conn.execute(statement)
