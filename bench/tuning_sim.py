@@ -22,22 +22,34 @@ decision a second, sizes 35-46, at most two workers per step, the duration avera
 noise in the predicted wait), knowing the arrival rate exactly, and runs that policy
 through the same simulation and seeds (the real Autoscaler outside the model's range:
 warm-up, burst). For each mu it prints the model's expectation and the figures over the seeds.
+
+``--dwell SECONDS ...`` (with ``--load K``, ``--dwell-far F``) measures a rule tried for
+issue 17 and not adopted: a minimum dwell between direction reversals. After the pool
+changes direction, a change back is refused for that many seconds unless the predicted
+wait is above F x the band's upper edge or below its lower edge / F, or the queue is
+empty (the shrink path); moves in the same direction stay free. It wraps the real
+Autoscaler (its resizes pass through the dwell), runs the phases with every arrival
+rate K times the default (``max_workers`` 500 x K), and prints per dwell (0: the law as
+committed) reversals per minute and the in-band share over the steady phase, and the
+decisions to the band after the 5x step, per seed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from taskrunner.clock import Clock
 from taskrunner.config import TuningConfig
 from taskrunner.pool import WorkerPool
-from taskrunner.tuning import Autoscaler
+from taskrunner.tuning import Autoscaler, predicted_wait
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -53,6 +65,7 @@ from tests.tuning.simulation import (  # noqa: E402
     MAX_SECONDS,
     MIN_SECONDS,
     TICK,
+    Phase,
     Run,
     simulate,
 )
@@ -220,6 +233,123 @@ def bound(seeds: int, mus: list[float]) -> list[dict[str, float]]:
     return rows
 
 
+class _DwellPool(WorkerPool):
+    """The pool as the wrapped Autoscaler sees it: its resizes go through `gate`."""
+
+    def __init__(self, pool: WorkerPool, gate: Callable[[int], None]) -> None:
+        super().__init__(pool.capacity)
+        self._real = pool
+        self._gate = gate
+
+    @property
+    def capacity(self) -> int:
+        return self._real.capacity
+
+    def resize(self, capacity: int) -> None:
+        self._gate(capacity)
+
+
+class _DwellScaler:
+    """The real Autoscaler, with a reversal refused within `dwell` s of the previous one.
+
+    Urgent (the reversal goes through): the predicted wait above `far` x the band's
+    upper edge or below its lower edge / `far`, or the Autoscaler's reason
+    ``queue_empty``. The Autoscaler is not told of a refusal (it believes it resized),
+    which differs from a dwell inside the law only in its one-worker hysteresis.
+    """
+
+    def __init__(
+        self, pool: WorkerPool, clock: Clock, *, tuning: TuningConfig, dwell: float, far: float
+    ) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._tuning = tuning
+        self._dwell = dwell
+        self._far = far
+        self._scaler = Autoscaler(_DwellPool(pool, self._resize), tuning, clock=clock)
+        self._direction = 0
+        self._since: float | None = None  # when the current direction began
+        self._urgent = False
+
+    def _resize(self, capacity: int) -> None:
+        current = self._pool.capacity
+        direction = (capacity > current) - (capacity < current)
+        if direction == 0:
+            return
+        now = self._clock.monotonic()
+        decision = self._scaler.last_decision
+        urgent = self._urgent or (decision is not None and decision.reason == "queue_empty")
+        recent = self._since is not None and now - self._since < self._dwell
+        if direction == -self._direction and recent and not urgent:
+            return
+        if direction != self._direction:
+            self._since = now
+        self._direction = direction
+        self._pool.resize(capacity)
+
+    def apply(
+        self,
+        *,
+        backlog: int,
+        workers: int,
+        busy: int,
+        average_seconds: float | None,
+        processes: int | None = None,
+    ) -> None:
+        wait = predicted_wait(average_seconds, backlog, workers)
+        lower = self._tuning.desired_wait_seconds - self._tuning.wait_tolerance_seconds
+        upper = self._tuning.desired_wait_seconds + self._tuning.wait_tolerance_seconds
+        self._urgent = wait is not None and (wait > self._far * upper or wait < lower / self._far)
+        self._scaler.apply(
+            backlog=backlog,
+            workers=workers,
+            busy=busy,
+            average_seconds=average_seconds,
+            processes=processes,
+        )
+
+
+def dwell(seeds: int, dwells: list[float], load: float, far: float) -> list[dict[str, object]]:
+    """Per dwell (0: the law as committed): the figures of each seed at `load` x the rates."""
+    from tests.tuning.figures import _of, decisions_to_band, in_band, reversals_per_minute
+
+    phases = [Phase(p.name, p.rate * load, p.seconds) for p in STEADY]
+    tuning = dataclasses.replace(TUNING, max_workers=round(TUNING.max_workers * load))
+    rows: list[dict[str, object]] = []
+    for seconds in dwells:
+        reversals, shares, to_band = [], [], []
+        for seed in range(seeds):
+            scaler = (
+                functools.partial(_DwellScaler, tuning=tuning, dwell=seconds, far=far)
+                if seconds > 0
+                else None
+            )
+            run = simulate(phases, tuning, seed=seed, scaler=scaler)
+            steady = _of(run, "steady")
+            reversals.append(
+                round(reversals_per_minute(steady, _of(run, "warmup")[-1].size_after), 2)
+            )
+            shares.append(round(in_band(steady, tuning), 3))
+            to_band.append(decisions_to_band(run, tuning))
+        print(
+            f"load {load:g}x  dwell {seconds:4.0f} s  rev/min {min(reversals):.1f}-"
+            f"{max(reversals):.1f}  in band {min(shares):.0%}-{max(shares):.0%}  "
+            f"to band {min(to_band)}-{max(to_band)}",
+            flush=True,
+        )
+        rows.append(
+            {
+                "load": load,
+                "dwell": seconds,
+                "far": far,
+                "reversals_per_minute": reversals,
+                "in_band": shares,
+                "decisions_to_band": to_band,
+            }
+        )
+    return rows
+
+
 def _share_ratios(seed: int, processes: int) -> tuple[float, float]:
     run = simulate(STEADY, TUNING, seed=seed, processes=processes)
     begin = run.phase_starts["steady"] + 60
@@ -319,8 +449,21 @@ def main() -> None:
         help="instead: the optimal policy of a model of the steady phase, per mu",
     )
     parser.add_argument("--mu", type=float, nargs="+", default=[0.07, 0.1, 0.14])
+    parser.add_argument(
+        "--dwell",
+        type=float,
+        nargs="+",
+        help="instead: a minimum dwell (s) between direction reversals, per value",
+    )
+    parser.add_argument("--load", type=float, default=1.0, help="with --dwell: rate factor")
+    parser.add_argument("--dwell-far", type=float, default=2.0, help="with --dwell: urgency")
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.dwell:
+        result = dwell(args.seeds, args.dwell, args.load, args.dwell_far)
+        print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)
+        print(json.dumps({"dwell": result}))
+        return
     if args.bound:
         rows = bound(args.seeds, args.mu)
         print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)
