@@ -339,6 +339,10 @@ async def test_cancel_racing_receive_cancels_or_delivers_each_message_exactly_on
     canceller = open_queue(redis_url, redis_namespace)
     delivered: list[Delivery] = []
     cancelled: list[str] = []
+    # The cancels start once a receive has delivered: on a loaded machine they could
+    # otherwise cancel all 400 before the delayed ones are due, and the race would
+    # prove nothing. From there the two still meet in the middle.
+    receiving = asyncio.Event()
     try:
 
         async def receive_all() -> None:
@@ -347,9 +351,12 @@ async def test_cancel_racing_receive_cancels_or_delivers_each_message_exactly_on
                     "c", max_messages=3, wait_seconds=0.1, lease_seconds=60
                 )
                 delivered.extend(got)
+                if got:
+                    receiving.set()
 
         async def cancel_all() -> None:
             await canceller.initialize()
+            await receiving.wait()
             for mid in reversed(ids):
                 if len(delivered) + len(cancelled) >= len(ids):
                     return
