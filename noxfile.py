@@ -103,7 +103,9 @@ def tuning_sim(session: nox.Session) -> None:
     """Tuning mode under noise over 20 seeds (bench/tuning_sim.py); about 70 s.
 
     Not a default session: the test run covers 5 seeds. Arguments go to the script
-    (--seeds, --svg; the default rewrites docs/images/tuning-noise.svg from seed 0).
+    (--seeds, --svg; the default rewrites docs/images/tuning-noise.svg from seed 0;
+    --bound: the optimal policy of a model of the steady phase, for comparison;
+    --dwell and --load: the rejected minimum-dwell experiment and heavier loads).
     """
     install(session, "test")
     session.run("python", "bench/tuning_sim.py", "--seeds", "20", *session.posargs)
