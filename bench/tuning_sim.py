@@ -32,6 +32,16 @@ Autoscaler (its resizes pass through the dwell), runs the phases with every arri
 rate K times the default (``max_workers`` 500 x K), and prints per dwell (0: the law as
 committed) reversals per minute and the in-band share over the steady phase, and the
 decisions to the band after the 5x step, per seed.
+
+``--estimator busy|flow`` (with ``--surge``, ``--arrival-waits W``, ``--load K``) measures
+two more changes tried for issue 17 and not adopted, with a copy of the law's
+``Autoscaler.apply`` (`_VariantAutoscaler`; ``busy`` without ``--surge`` is the law as
+committed, figure for figure): ``flow`` measures the arrival rate by conservation,
+(change of the ready backlog + change of the tasks in flight + completions) / elapsed,
+from the signals the simulation provides (`simulate(flow_scaler=...)`), smoothed over W
+desired waits; ``--surge`` also treats as far a wait above the band that rose by more
+than the band's width in the last interval. It prints reversals per minute and the
+in-band share over the steady phase and the decisions to the band after the 5x step.
 """
 
 from __future__ import annotations
@@ -49,7 +59,19 @@ from pathlib import Path
 from taskrunner.clock import Clock
 from taskrunner.config import TuningConfig
 from taskrunner.pool import WorkerPool
-from taskrunner.tuning import Autoscaler, predicted_wait
+from taskrunner.tuning import (
+    _FAR_FACTOR,
+    _REVERSAL_DECISIONS,
+    _REVERSAL_MIN_STEP,
+    _SHARE_SLACK,
+    _SMOOTHING_WAITS,
+    Autoscaler,
+    Decision,
+    Signals,
+    _round_half_away,
+    decide_pool_size,
+    predicted_wait,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -350,6 +372,166 @@ def dwell(seeds: int, dwells: list[float], load: float, far: float) -> list[dict
     return rows
 
 
+class _VariantAutoscaler(Autoscaler):
+    """`Autoscaler.apply` as committed, with two changes tried for issue 17 (not adopted).
+
+    A copy of the law's `apply` (keep it in step when the law changes), so the changes
+    can be measured without living in the library. `flow`: the arrival rate measured
+    by conservation, (change of the ready backlog + change of the tasks in flight +
+    completions) / elapsed, instead of busy / duration + trend (which it falls back to
+    when the counts are missing or the completions went down), smoothed with a time
+    constant of `arrival_waits` desired waits. `surge`: a wait above the band whose
+    backlog trend raised it by more than the band's width (2 x tolerance) in the last
+    interval is also far (raw readings, no hysteresis), not only one above twice the
+    upper edge.
+    """
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        clock: Clock,
+        *,
+        tuning: TuningConfig,
+        flow: bool,
+        surge: bool,
+        arrival_waits: float,
+    ) -> None:
+        super().__init__(pool, tuning, clock=clock)
+        self._use_flow = flow
+        self._surge = surge
+        self._arrival_waits = arrival_waits
+        self._counts: tuple[int, int] | None = None  # (in flight, completed) at _previous
+
+    def apply(
+        self,
+        *,
+        backlog: int,
+        workers: int,
+        busy: int,
+        average_seconds: float | None,
+        processes: int | None = None,
+        in_flight: int | None = None,
+        completed: int | None = None,
+    ) -> Decision:
+        tuning = self._tuning
+        now = self._clock.monotonic()
+        raw_trend = None
+        raw_flow = None
+        weight = arrival_weight = 1.0
+        counts = (in_flight, completed) if in_flight is not None and completed is not None else None
+        elapsed = 0.0
+        if self._previous is not None and now > self._previous[0]:
+            elapsed = now - self._previous[0]
+            raw_trend = (backlog - self._previous[1]) / elapsed
+            weight = 1 - math.exp(-elapsed / (_SMOOTHING_WAITS * tuning.desired_wait_seconds))
+            arrival_weight = 1 - math.exp(
+                -elapsed / (self._arrival_waits * tuning.desired_wait_seconds)
+            )
+            old = self._counts
+            if self._use_flow and counts is not None and old is not None and counts[1] >= old[1]:
+                moved = counts[0] - old[0] + counts[1] - old[1]
+                raw_flow = (backlog - self._previous[1] + moved) / elapsed
+        self._previous = (now, backlog)
+        self._counts = counts
+        upper = tuning.desired_wait_seconds + tuning.wait_tolerance_seconds
+        raw_wait = predicted_wait(average_seconds, backlog, workers)
+        far = raw_wait is not None and raw_wait > _FAR_FACTOR * upper
+        surging = self._surge and not far and raw_wait is not None and raw_wait > upper
+        if surging and raw_trend is not None and average_seconds is not None and workers > 0:
+            rise = raw_trend * average_seconds / workers * elapsed
+            far = rise > 2 * tuning.wait_tolerance_seconds
+        if far or backlog == 0:
+            weight = arrival_weight = 1.0
+        if average_seconds is not None:
+            self._duration = self._smooth(self._duration, average_seconds, weight)
+        if raw_trend is not None:
+            self._trend = self._smooth(self._trend, raw_trend, weight)
+        duration = self._duration
+        arrivals = None
+        if duration is not None and duration > 0:
+            if raw_flow is not None:
+                raw_arrivals, smoothing = raw_flow, arrival_weight
+            else:
+                raw_arrivals, smoothing = busy / duration + (raw_trend or 0.0), weight
+            self._arrivals = self._smooth(self._arrivals, max(0.0, raw_arrivals), smoothing)
+            arrivals = self._arrivals
+        signals = Signals(
+            backlog=backlog,
+            trend_per_second=self._trend if raw_trend is not None else None,
+            workers=workers,
+            busy=busy,
+            average_seconds=duration,
+            arrivals_per_second=arrivals,
+            processes=processes,
+        )
+        current = self._pool.capacity
+        decision = decide_pool_size(current, signals, tuning)
+        if decision.reason == "in_band" and processes is not None and processes > 1:
+            share = workers / processes
+            if abs(current - share) > max(1.0, _SHARE_SLACK * share):
+                size = max(tuning.min_workers, min(tuning.max_workers, _round_half_away(share)))
+                decision = Decision(size, "converging")
+        self.last_decision = decision
+        direction = (decision.size > current) - (decision.size < current)
+        if direction == 0:
+            self._wanted = 0
+            self._wanted_direction = 0
+            return decision
+        self._wanted = self._wanted + 1 if direction == self._wanted_direction else 1
+        self._wanted_direction = direction
+        reversal = direction == -self._direction and decision.reason != "queue_empty"
+        if (
+            reversal
+            and not far
+            and abs(decision.size - current) < _REVERSAL_MIN_STEP
+            and self._wanted < _REVERSAL_DECISIONS
+        ):
+            return Decision(current, "hysteresis")
+        cooldown = tuning.cooldown_seconds
+        if cooldown > 0 and self._last_change is not None and now - self._last_change < cooldown:
+            return decision
+        self._pool.resize(decision.size)
+        self._last_change = now
+        self._direction = direction
+        return decision
+
+
+def estimator(
+    seeds: int, load: float, flow: bool, surge: bool, arrival_waits: float
+) -> dict[str, object]:
+    """The figures of each seed at `load` x the rates with `_VariantAutoscaler`."""
+    from tests.tuning.figures import _of, decisions_to_band, in_band, reversals_per_minute
+
+    phases = [Phase(p.name, p.rate * load, p.seconds) for p in STEADY]
+    tuning = dataclasses.replace(TUNING, max_workers=round(TUNING.max_workers * load))
+    make = functools.partial(
+        _VariantAutoscaler, tuning=tuning, flow=flow, surge=surge, arrival_waits=arrival_waits
+    )
+    reversals, shares, to_band = [], [], []
+    for seed in range(seeds):
+        run = simulate(phases, tuning, seed=seed, flow_scaler=make)
+        steady = _of(run, "steady")
+        reversals.append(round(reversals_per_minute(steady, _of(run, "warmup")[-1].size_after), 2))
+        shares.append(round(in_band(steady, tuning), 3))
+        to_band.append(decisions_to_band(run, tuning))
+    print(
+        f"load {load:g}x  flow {flow}  surge {surge}  rev/min {min(reversals):.1f}-"
+        f"{max(reversals):.1f} (mean {sum(reversals) / seeds:.2f})  in band "
+        f"{min(shares):.1%}-{max(shares):.1%} (mean {sum(shares) / seeds:.1%})  "
+        f"to band {to_band[:5]} (max {max(to_band)})",
+        flush=True,
+    )
+    return {
+        "load": load,
+        "flow": flow,
+        "surge": surge,
+        "arrival_waits": arrival_waits,
+        "reversals_per_minute": reversals,
+        "in_band": shares,
+        "decisions_to_band": to_band,
+    }
+
+
 def _share_ratios(seed: int, processes: int) -> tuple[float, float]:
     run = simulate(STEADY, TUNING, seed=seed, processes=processes)
     begin = run.phase_starts["steady"] + 60
@@ -457,8 +639,24 @@ def main() -> None:
     )
     parser.add_argument("--load", type=float, default=1.0, help="with --dwell: rate factor")
     parser.add_argument("--dwell-far", type=float, default=2.0, help="with --dwell: urgency")
+    parser.add_argument(
+        "--estimator",
+        choices=["busy", "flow"],
+        help="instead: the law with this arrival estimate (and --surge), at --load",
+    )
+    parser.add_argument("--surge", action="store_true", help="with --estimator: surge = far")
+    parser.add_argument(
+        "--arrival-waits", type=float, default=4.0, help="with --estimator flow: smoothing"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.estimator:
+        row = estimator(
+            args.seeds, args.load, args.estimator == "flow", args.surge, args.arrival_waits
+        )
+        print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)
+        print(json.dumps({"estimator": row}))
+        return
     if args.dwell:
         result = dwell(args.seeds, args.dwell, args.load, args.dwell_far)
         print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)

@@ -31,6 +31,7 @@ from taskrunner.tuning import Autoscaler, predicted_wait
 
 __all__ = [
     "EWMA_WEIGHT",
+    "FlowScaler",
     "MAX_SECONDS",
     "MIN_SECONDS",
     "TICK",
@@ -57,6 +58,27 @@ class Scaler(Protocol):
         busy: int,
         average_seconds: float | None,
         processes: int | None = None,
+    ) -> object: ...
+
+
+class FlowScaler(Protocol):
+    """A scaler also given the flow signals (bench/tuning_sim.py ``--estimator flow``).
+
+    `in_flight` is the tasks running across processes at the observation (what the
+    backend's statistics report); `completed` the tasks finished so far, summed over
+    the processes' last published counts (what the monitor reads from the registry).
+    """
+
+    def apply(
+        self,
+        *,
+        backlog: int,
+        workers: int,
+        busy: int,
+        average_seconds: float | None,
+        processes: int | None = None,
+        in_flight: int | None = None,
+        completed: int | None = None,
     ) -> object: ...
 
 
@@ -100,9 +122,12 @@ class Decision:
 class _Process:
     pool: WorkerPool
     scaler: Scaler | None
+    flow: FlowScaler | None = None
     running: list[float] = field(default_factory=list)  # finish times (a heap)
     published: int = 0
     published_busy: int = 0
+    completed: int = 0  # tasks finished so far
+    published_completed: int = 0
     average: float | None = None
     next_observe: float = 0.0
 
@@ -128,6 +153,7 @@ def simulate(
     fixed_size: int | None = None,
     publish_after_resize: bool = True,
     scaler: Callable[[WorkerPool, Clock], Scaler] | None = None,
+    flow_scaler: Callable[[WorkerPool, Clock], FlowScaler] | None = None,
 ) -> Run:
     """Run the phases once; `tuning` None with `fixed_size` is a fixed pool per process.
 
@@ -135,7 +161,8 @@ def simulate(
     process had before its last resize. `scaler`, given, makes each process's scaler
     from its pool and the simulated clock instead of the real `Autoscaler`
     (bench/tuning_sim.py runs the optimal policy of a model through the same arrivals
-    with it).
+    with it). `flow_scaler`, given, is used the same way and is also given the tasks in
+    flight and the completions (each process's count as last published).
     """
     rng = random.Random(seed)
     clock = _Clock()
@@ -145,12 +172,21 @@ def simulate(
         assert size is not None
         pool = WorkerPool(size)
         made: Scaler | None = None
-        if scaler is not None:
+        flow: FlowScaler | None = None
+        if flow_scaler is not None:
+            flow = flow_scaler(pool, clock)
+        elif scaler is not None:
             made = scaler(pool, clock)
         elif tuning is not None:
             made = Autoscaler(pool, tuning, clock=clock)
         procs.append(
-            _Process(pool, made, published=size, next_observe=interval * (index + 1) / processes)
+            _Process(
+                pool,
+                made,
+                flow,
+                published=size,
+                next_observe=interval * (index + 1) / processes,
+            )
         )
     backlog = 0
     decisions: list[Decision] = []
@@ -175,6 +211,7 @@ def simulate(
                     finished = heapq.heappop(proc.running)
                     del finished
                     proc.pool.finish()
+                    proc.completed += 1
                 while backlog and proc.pool.free() > 0:
                     duration = rng.uniform(MIN_SECONDS, MAX_SECONDS)
                     assert proc.pool.try_reserve(1) == 1
@@ -192,6 +229,7 @@ def simulate(
                 proc.next_observe += interval
                 proc.published = proc.pool.capacity
                 proc.published_busy = proc.pool.busy
+                proc.published_completed = proc.completed
                 workers = sum(p.published for p in procs)
                 busy = sum(p.published_busy for p in procs)
                 timed = [p for p in procs if p.average is not None]
@@ -201,7 +239,17 @@ def simulate(
                     if weight
                     else None
                 )
-                if proc.scaler is not None:
+                if proc.flow is not None:
+                    proc.flow.apply(
+                        backlog=backlog,
+                        workers=workers,
+                        busy=busy,
+                        average_seconds=average,
+                        processes=processes,
+                        in_flight=sum(p.pool.busy for p in procs),
+                        completed=sum(p.published_completed for p in procs),
+                    )
+                elif proc.scaler is not None:
                     proc.scaler.apply(
                         backlog=backlog,
                         workers=workers,
@@ -209,8 +257,8 @@ def simulate(
                         average_seconds=average,
                         processes=processes,
                     )
-                    if publish_after_resize:
-                        proc.published = proc.pool.capacity
+                if publish_after_resize and (proc.flow is not None or proc.scaler is not None):
+                    proc.published = proc.pool.capacity
                 decisions.append(
                     Decision(
                         at=t,
