@@ -78,6 +78,24 @@ async def test_fail_fast_raises_the_tasks_own_exception_with_its_traceback() -> 
     assert "broken" in frames
 
 
+async def test_a_task_raising_value_error_fails_the_test_with_that_value_error() -> None:
+    # ValueError is also what the kit raises for a misuse (a queue without its clock):
+    # the one raised here must be the task's own, from the task's frame.
+    app = App("kit")
+    clock, queue, producer = await fresh(app)
+
+    @app.task
+    async def parse(order: Order) -> None:
+        raise ValueError(f"quantity {order.quantity} is not allowed")
+
+    await producer.dispatch(parse, Order(sku="a", quantity=-1))
+    with pytest.raises(ValueError, match="quantity -1 is not allowed") as caught:
+        await run_until_idle(app, queue, clock=clock)
+
+    frames = [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    assert frames[-1] == "parse"
+
+
 async def test_without_fail_fast_the_record_shows_each_attempt() -> None:
     app = App("kit")
     clock, queue, producer = await fresh(app)
