@@ -62,6 +62,7 @@ async def test_the_monitor_republishes_its_size_after_a_resize() -> None:
     pool = WorkerPool(5)
     stats = StatsRecorder()
     stats.attempt_finished("t", 0.5, ok=True)
+    stats.attempt_finished("t", 0.5, ok=False)
     monitor = Monitor(
         queue,
         pool,
@@ -78,6 +79,9 @@ async def test_the_monitor_republishes_its_size_after_a_resize() -> None:
     assert pool.capacity > 5  # 1000 waiting, 0.5 s each: it grew
     published = {info.instance: info.workers for info in await queue.live_workers()}
     assert published == {"me": pool.capacity}
+    # The republished entry is the first one resized, not one with fields left out.
+    [entry] = await queue.live_workers()
+    assert (entry.succeeded, entry.failed, entry.busy) == (1, 1, 0)
 
 
 @pytest.mark.parametrize(
