@@ -18,10 +18,12 @@ mutation score the suite reached on the reference backends at this suite version
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Literal
 
@@ -449,6 +451,7 @@ class ConformanceReporter:
         self._names: dict[str, str] = {}
         self.exit_code = 0
         self.errors: list[str] = []
+        self._failed_calls: set[str] = set()
 
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
@@ -473,6 +476,22 @@ class ConformanceReporter:
         global _boundaries_in_this_test
         _boundaries_in_this_test = 0
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        """After a failed test, collect what its traceback held, before pytest's check.
+
+        A failed test's frames stay referenced from ``sys.last_*`` until the next test
+        starts and are collected at some later moment; anything they held that complains
+        when collected (a coroutine created and never awaited, say) was then reported
+        as a failure of whatever property ran at that moment (issue 15's CI: P34). Here
+        it is reported against the test that left it (see `pytest_runtest_logreport`).
+        """
+        if item.nodeid in self._failed_calls:
+            for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+                if hasattr(sys, name):
+                    delattr(sys, name)
+            gc.collect()
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """Remember collection errors: they fail the run."""
         if report.failed:
@@ -484,6 +503,13 @@ class ConformanceReporter:
             return
         name = self._names[report.nodeid]
         current = self._results.get(report.nodeid)
+        if report.when == "call" and report.failed:
+            self._failed_calls.add(report.nodeid)
+        if report.when == "teardown" and report.failed and current and current.outcome == "failed":
+            # Already failed: what its teardown found is added to the reason.
+            reason = f"{current.reason}; at teardown: {_failure_reason(report)}"
+            self._results[report.nodeid] = replace(current, reason=_short(reason, 600))
+            return
         if report.when == "call" or report.failed or (report.skipped and current is None):
             outcome: Outcome = "failed" if report.failed else report.outcome
             reason = ""
@@ -536,13 +562,18 @@ def _skip_reason(report: pytest.TestReport) -> str:
 def _failure_reason(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     message = getattr(crash, "message", None)
-    return _short(
+    reason = (
         message
         if message
         else report.longreprtext.splitlines()[-1:][0]
         if report.longreprtext
         else "failed"
     )
+    # pytest groups what the collector reported: name the first object it was about.
+    ignored = re.search(r"Exception ignored in: (.*)", report.longreprtext)
+    if ignored and ignored.group(1) not in reason:
+        reason = f"{reason} (first: exception ignored in {ignored.group(1)})"
+    return _short(reason)
 
 
 def pytest_configure(config: pytest.Config) -> None:
