@@ -483,8 +483,9 @@ class ConformanceReporter:
         A failed test's frames stay referenced from ``sys.last_*`` until the next test
         starts and are collected at some later moment; anything they held that complains
         when collected (a coroutine created and never awaited, say) was then reported
-        as a failure of whatever property ran at that moment (issue 15's CI: P34). Here
-        it is reported against the test that left it (see `pytest_runtest_logreport`).
+        as a failure of whatever property ran at that moment (in CI, P34 of another
+        backend). Here it is reported against the test that left it (see
+        `pytest_runtest_logreport`).
         """
         if item.nodeid in self._failed_calls:
             for name in ("last_type", "last_value", "last_traceback", "last_exc"):
