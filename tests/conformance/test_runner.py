@@ -1,16 +1,24 @@
-"""`load_harness_factory` and `main`, in process."""
+"""`load_harness_factory`, `main` and `run`, in process."""
 
 from __future__ import annotations
 
+import gc
 import io
 
 import pytest
 
-from taskrunner.queue import Queue
-from taskrunner_conformance import BaseHarness, QueueFactoryHarness, load_harness_factory, main
+from taskrunner.queue import Delivery, Queue
+from taskrunner_backends.memory import InMemoryQueue
+from taskrunner_conformance import (
+    BaseHarness,
+    QueueFactoryHarness,
+    load_harness_factory,
+    main,
+    run,
+)
 from taskrunner_conformance.harness import Harness
 
-from .harnesses import MemoryHarness
+from .harnesses import MemoryHarness, subclass_factory
 
 
 async def queue_factory(namespace: str) -> Queue:
@@ -88,3 +96,39 @@ def test_main_reports_an_unloadable_factory() -> None:
 def test_harness_protocol_is_structural() -> None:
     assert isinstance(MemoryHarness(), Harness)
     assert not isinstance(object(), Harness)
+
+
+class _LeavesACoroutineWhenItFails(InMemoryQueue):
+    """receive without a wait fails, holding two coroutines it never awaits."""
+
+    async def receive(
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
+    ) -> list[Delivery]:
+        if wait_seconds == 0:
+            # In a cycle and promoted to the oldest generation, as the frames of a test
+            # that ran a while are: only a full collection frees them, at a random moment.
+            pending: list[object] = [self.len(), self.len()]
+            pending.append(pending)
+            gc.collect()
+            raise RuntimeError("receive without a wait is broken")
+        return await super().receive(
+            consumer,
+            max_messages=max_messages,
+            wait_seconds=wait_seconds,
+            lease_seconds=lease_seconds,
+        )
+
+
+def test_what_a_failed_test_leaves_behind_is_reported_against_it_not_the_next_one() -> None:
+    # P2 fails, two never-awaited coroutines in its traceback; P3 runs next.
+    report = run(
+        subclass_factory(_LeavesACoroutineWhenItFails), properties=["P2", "P3"], quiet=True
+    )
+
+    tests = {t.name: t for p in report.properties for t in p.tests}
+    (failed,) = [t for t in tests.values() if t.outcome == "failed"]
+    assert "receive without a wait is broken" in failed.reason
+    assert "at teardown" in failed.reason
+    # pytest groups the two; the reason names the first.
+    assert "first: exception ignored in <coroutine object InMemoryQueue.len" in failed.reason
+    assert {t.outcome for t in tests.values() if t is not failed} == {"passed"}
