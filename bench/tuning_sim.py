@@ -33,15 +33,14 @@ rate K times the default (``max_workers`` 500 x K), and prints per dwell (0: the
 committed) reversals per minute and the in-band share over the steady phase, and the
 decisions to the band after the 5x step, per seed.
 
-``--estimator busy|flow`` (with ``--surge``, ``--arrival-waits W``, ``--load K``) measures
-two more changes tried for issue 17 and not adopted, with a copy of the law's
-``Autoscaler.apply`` (`_VariantAutoscaler`; ``busy`` without ``--surge`` is the law as
-committed, figure for figure): ``flow`` measures the arrival rate by conservation,
-(change of the ready backlog + change of the tasks in flight + completions) / elapsed,
-from the signals the simulation provides (`simulate(flow_scaler=...)`), smoothed over W
-desired waits; ``--surge`` also treats as far a wait above the band that rose by more
-than the band's width in the last interval. It prints reversals per minute and the
-in-band share over the steady phase and the decisions to the band after the 5x step.
+``--estimator busy|flow`` (with ``--arrival-waits W``, ``--load K``) measures one more
+change tried for issue 17 and not adopted, with a copy of the law's
+``Autoscaler.apply`` (`_VariantAutoscaler`; ``busy`` is the law as committed, figure
+for figure): ``flow`` measures the arrival rate by conservation, (change of the ready
+backlog + change of the tasks in flight + completions) / elapsed, from the signals the
+simulation provides (`simulate(flow_scaler=...)`), smoothed over W desired waits. It
+prints reversals per minute and the in-band share over the steady phase and the
+decisions to the band after the 5x step.
 """
 
 from __future__ import annotations
@@ -373,17 +372,16 @@ def dwell(seeds: int, dwells: list[float], load: float, far: float) -> list[dict
 
 
 class _VariantAutoscaler(Autoscaler):
-    """`Autoscaler.apply` as committed, with two changes tried for issue 17 (not adopted).
+    """`Autoscaler.apply` as committed, with a change tried for issue 17 (not adopted).
 
     A copy of the law's `apply` (keep it in step when the law changes), so the changes
     can be measured without living in the library. `flow`: the arrival rate measured
     by conservation, (change of the ready backlog + change of the tasks in flight +
     completions) / elapsed, instead of busy / duration + trend (which it falls back to
     when the counts are missing or the completions went down), smoothed with a time
-    constant of `arrival_waits` desired waits. `surge`: a wait above the band whose
-    backlog trend raised it by more than the band's width (2 x tolerance) in the last
-    interval is also far (raw readings, no hysteresis), not only one above twice the
-    upper edge.
+    constant of `arrival_waits` desired waits. (The other change measured here,
+    ``--surge``, is in the law now: a wait above the band that rose by more than the
+    band's width since the previous observation is far.)
     """
 
     def __init__(
@@ -393,12 +391,10 @@ class _VariantAutoscaler(Autoscaler):
         *,
         tuning: TuningConfig,
         flow: bool,
-        surge: bool,
         arrival_waits: float,
     ) -> None:
         super().__init__(pool, tuning, clock=clock)
         self._use_flow = flow
-        self._surge = surge
         self._arrival_waits = arrival_waits
         self._counts: tuple[int, int] | None = None  # (in flight, completed) at _previous
 
@@ -436,10 +432,8 @@ class _VariantAutoscaler(Autoscaler):
         upper = tuning.desired_wait_seconds + tuning.wait_tolerance_seconds
         raw_wait = predicted_wait(average_seconds, backlog, workers)
         far = raw_wait is not None and raw_wait > _FAR_FACTOR * upper
-        surging = self._surge and not far and raw_wait is not None and raw_wait > upper
-        if surging and raw_trend is not None and average_seconds is not None and workers > 0:
-            rise = raw_trend * average_seconds / workers * elapsed
-            far = rise > 2 * tuning.wait_tolerance_seconds
+        if not far and raw_wait is not None and raw_wait > upper and raw_trend is not None:
+            far = self._surged(round(raw_trend * elapsed), workers, average_seconds)
         if far or backlog == 0:
             weight = arrival_weight = 1.0
         if average_seconds is not None:
@@ -496,16 +490,14 @@ class _VariantAutoscaler(Autoscaler):
         return decision
 
 
-def estimator(
-    seeds: int, load: float, flow: bool, surge: bool, arrival_waits: float
-) -> dict[str, object]:
+def estimator(seeds: int, load: float, flow: bool, arrival_waits: float) -> dict[str, object]:
     """The figures of each seed at `load` x the rates with `_VariantAutoscaler`."""
     from tests.tuning.figures import _of, decisions_to_band, in_band, reversals_per_minute
 
     phases = [Phase(p.name, p.rate * load, p.seconds) for p in STEADY]
     tuning = dataclasses.replace(TUNING, max_workers=round(TUNING.max_workers * load))
     make = functools.partial(
-        _VariantAutoscaler, tuning=tuning, flow=flow, surge=surge, arrival_waits=arrival_waits
+        _VariantAutoscaler, tuning=tuning, flow=flow, arrival_waits=arrival_waits
     )
     reversals, shares, to_band = [], [], []
     for seed in range(seeds):
@@ -515,7 +507,7 @@ def estimator(
         shares.append(round(in_band(steady, tuning), 3))
         to_band.append(decisions_to_band(run, tuning))
     print(
-        f"load {load:g}x  flow {flow}  surge {surge}  rev/min {min(reversals):.1f}-"
+        f"load {load:g}x  flow {flow}  rev/min {min(reversals):.1f}-"
         f"{max(reversals):.1f} (mean {sum(reversals) / seeds:.2f})  in band "
         f"{min(shares):.1%}-{max(shares):.1%} (mean {sum(shares) / seeds:.1%})  "
         f"to band {to_band[:5]} (max {max(to_band)})",
@@ -524,7 +516,6 @@ def estimator(
     return {
         "load": load,
         "flow": flow,
-        "surge": surge,
         "arrival_waits": arrival_waits,
         "reversals_per_minute": reversals,
         "in_band": shares,
@@ -642,18 +633,15 @@ def main() -> None:
     parser.add_argument(
         "--estimator",
         choices=["busy", "flow"],
-        help="instead: the law with this arrival estimate (and --surge), at --load",
+        help="instead: the law with this arrival estimate, at --load",
     )
-    parser.add_argument("--surge", action="store_true", help="with --estimator: surge = far")
     parser.add_argument(
         "--arrival-waits", type=float, default=4.0, help="with --estimator flow: smoothing"
     )
     args = parser.parse_args()
     started = time.perf_counter()
     if args.estimator:
-        row = estimator(
-            args.seeds, args.load, args.estimator == "flow", args.surge, args.arrival_waits
-        )
+        row = estimator(args.seeds, args.load, args.estimator == "flow", args.arrival_waits)
         print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)
         print(json.dumps({"estimator": row}))
         return

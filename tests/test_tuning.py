@@ -97,6 +97,42 @@ def test_control_law_golden_values(
     assert (decision.size, decision.reason) == (size, reason)
 
 
+@pytest.mark.parametrize(
+    ("backlog", "current", "size"),
+    [
+        # 1.4 s, below the band: the cluster target is 29.6, 9.9 of it this process's.
+        (84, 11, 10),  # above its share: to the share, as ever
+        (84, 10, 9),  # at its share, rounding leaves it there: one step down
+        (84, 9, 9),  # short of its share already: the step is its peers', it holds
+        # 2.6 s, above the band: the cluster target is 30.4, 10.1 of it this process's.
+        (156, 9, 10),
+        (156, 10, 11),
+        (156, 11, 11),  # past its share already: it holds
+    ],
+)
+def test_the_one_worker_step_falls_to_the_processes_at_or_beyond_their_share(
+    backlog: int, current: int, size: int
+) -> None:
+    # Three processes, 30 workers in all (10 each, equal), 0.5 s tasks, 60/s arrivals.
+    # A process that took the step while short of its share took every step alone when
+    # its peers' hysteresis held them: in the simulation three processes drifted to
+    # 8 + 14 + 12 workers.
+    seen = Signals(
+        backlog=backlog,
+        trend_per_second=0.0,
+        workers=30,
+        busy=30,
+        average_seconds=0.5,
+        arrivals_per_second=60.0,
+        processes=3,
+    )
+
+    decision = decide_pool_size(current, seen, BAND)
+
+    assert decision.size == size
+    assert decision.reason == ("below_band" if backlog < 90 else "above_band")
+
+
 def test_predicted_wait_is_duration_times_backlog_over_workers() -> None:
     assert predicted_wait(0.0004, 1000, 8) == pytest.approx(0.05)  # sub-millisecond kept
     assert predicted_wait(None, 0, 8) == 0.0
@@ -152,6 +188,40 @@ def _simulate(phases: list[_Phase], tuning: TuningConfig) -> list[list[tuple[flo
             clock.now += 1
         trace.append(rows)
     return trace
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "backlog", "size"),
+    [(0.5, 240, 46), (0.5, 241, 70), (0.0, 240, 49), (0.0, 241, 75)],
+)
+def test_a_wait_that_jumps_by_more_than_the_band_is_met_from_the_raw_reading(
+    tolerance: float, backlog: int, size: int
+) -> None:
+    # Settled at 40 workers, 0.5 s tasks, 160 ready (a 2 s wait). One second later the
+    # backlog has grown by 80 (the wait by 1.0 s) or 81 (1.0125 s): above the band but
+    # below twice its upper edge. A rise of more than the band's width (1 s; for a band
+    # of zero width, half the desired wait) is a step in the arrivals, and the raw
+    # reading (busy / duration + trend: 161/s) sizes the pool; one of 1 s or less goes
+    # through the smoothed estimates (about 89/s after one second). The size aims at the
+    # band's upper edge: 2.5 s, or 2 s for the band of zero width.
+    tuning = TuningConfig(
+        min_workers=1,
+        max_workers=500,
+        desired_wait_seconds=2.0,
+        wait_tolerance_seconds=tolerance,
+        cooldown_seconds=0,
+    )
+    clock = _Clock()
+    pool = WorkerPool(40)
+    scaler = Autoscaler(pool, tuning, clock=clock)
+    for _ in range(30):
+        assert scaler.apply(backlog=160, workers=40, busy=40, average_seconds=0.5).size == 40
+        clock.now += 1
+
+    decision = scaler.apply(backlog=backlog, workers=40, busy=40, average_seconds=0.5)
+
+    assert (decision.reason, pool.capacity) == ("above_band", decision.size)
+    assert decision.size == size
 
 
 @pytest.mark.parametrize("cooldown", [0.0, 5.0, 10.0])

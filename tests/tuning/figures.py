@@ -93,8 +93,10 @@ class Figures:
 
 
 @functools.cache
-def steady_figures(seed: int, tuning: TuningConfig = TUNING) -> Figures:
-    run = simulate(STEADY, tuning, seed=seed)
+def steady_figures(seed: int, tuning: TuningConfig = TUNING, load: float = 1.0) -> Figures:
+    """The figures of `STEADY` with every arrival rate `load` times as high."""
+    phases = [Phase(p.name, p.rate * load, p.seconds) for p in STEADY]
+    run = simulate(phases, tuning, seed=seed)
     steady = _of(run, "steady")
     sizes = [d.size_after for d in steady]
     before = _of(run, "warmup")[-1].size_after

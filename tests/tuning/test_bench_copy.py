@@ -1,8 +1,8 @@
 """bench/tuning_sim.py's copy of `Autoscaler.apply` still is the law.
 
-The bench measures rejected variants of the law (``--estimator``, ``--surge``) on a
-copy of `Autoscaler.apply`, so the variants need not live in the library. A copy
-drifts silently when the law changes: with both variants off it must make exactly
+The bench measures a rejected variant of the law (``--estimator flow``) on a
+copy of `Autoscaler.apply`, so the variant need not live in the library. A copy
+drifts silently when the law changes: with the variant off it must make exactly
 the decisions the real Autoscaler makes on the same arrivals.
 """
 
@@ -32,9 +32,9 @@ def _bench() -> ModuleType:
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_the_bench_copy_with_both_variants_off_decides_as_the_law(seed: int) -> None:
+def test_the_bench_copy_with_the_variant_off_decides_as_the_law(seed: int) -> None:
     variant = functools.partial(
-        _bench()._VariantAutoscaler, tuning=TUNING, flow=False, surge=False, arrival_waits=4.0
+        _bench()._VariantAutoscaler, tuning=TUNING, flow=False, arrival_waits=4.0
     )
 
     law = simulate(STEADY, TUNING, seed=seed)

@@ -38,6 +38,15 @@ def test_a_5x_step_up_reaches_the_band_within_two_decisions(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_a_5x_step_up_from_twice_the_load_reaches_the_band_within_two_decisions(seed: int) -> None:
+    # At 160/s seed 3's first reading after the step was a 4.85 s wait, just under the
+    # 5 s (twice the upper edge) above which raw readings replace the smoothed ones:
+    # without the rule for a wait that rose by more than the band's width in one
+    # interval, the band took 26 decisions.
+    assert steady_figures(seed, load=2.0).decisions_to_band <= 2
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_the_controller_beats_the_best_fixed_pool_on_the_same_arrivals(seed: int) -> None:
     # Part of the out-of-band share is the queue's own noise: at critical load a fixed
     # pool's backlog random-walks, a pool one worker larger drains it below the band.
