@@ -105,7 +105,8 @@ def tuning_sim(session: nox.Session) -> None:
     Not a default session: the test run covers 5 seeds. Arguments go to the script
     (--seeds, --svg; the default rewrites docs/images/tuning-noise.svg from seed 0;
     --bound: the optimal policy of a model of the steady phase, for comparison;
-    --dwell and --load: the rejected minimum-dwell experiment and heavier loads).
+    --dwell and --load: the rejected minimum-dwell experiment and heavier loads;
+    --estimator flow and --relay: the rejected conservation estimate and relay).
     """
     install(session, "test")
     session.run("python", "bench/tuning_sim.py", "--seeds", "20", *session.posargs)

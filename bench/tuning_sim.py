@@ -41,6 +41,17 @@ backlog + change of the tasks in flight + completions) / elapsed, from the signa
 simulation provides (`simulate(flow_scaler=...)`), smoothed over W desired waits. It
 prints reversals per minute and the in-band share over the steady phase and the
 decisions to the band after the 5x step.
+
+``--relay WINDOW ...`` (with ``--relay-return D ...``) measures a third structure tried
+for issue 17 and not adopted, shaped after the optimal policy of ``--bound``: a relay
+around the neutral size n = arrivals x duration, the arrival rate by conservation
+smoothed over WINDOW seconds (60-120 s, so n is known to about half a worker). Above
+the band a pool at or below n goes one worker past it (two when the wait is more than
+0.5 s above the band), below the band one at or above n goes one short of it; inside
+the band a pool past n returns to it once the wait is at most the centre + D seconds,
+one short of n once it is at least the centre - D. The real Autoscaler runs the
+warm-up and any wait above twice the upper edge. It prints reversals per minute and
+the in-band share over the steady phase, per WINDOW and D.
 """
 
 from __future__ import annotations
@@ -523,6 +534,114 @@ def estimator(seeds: int, load: float, flow: bool, arrival_waits: float) -> dict
     }
 
 
+class _RelayScaler:
+    """The relay of ``--relay``: around n = conservation arrivals x duration."""
+
+    def __init__(self, pool: WorkerPool, clock: Clock, *, window: float, back: float) -> None:
+        self._pool = pool
+        self._clock = clock
+        self._window = window
+        self._back = back
+        self._fallback = Autoscaler(pool, TUNING, clock=clock)
+        self._previous: tuple[float, int, int, int] | None = None
+        self._arrivals: float | None = None
+        self._duration: float | None = None
+
+    def apply(
+        self,
+        *,
+        backlog: int,
+        workers: int,
+        busy: int,
+        average_seconds: float | None,
+        processes: int | None = None,
+        in_flight: int | None = None,
+        completed: int | None = None,
+    ) -> None:
+        assert in_flight is not None
+        assert completed is not None
+        now = self._clock.monotonic()
+        if self._previous is not None and average_seconds is not None:
+            at, ready, running, done = self._previous
+            elapsed = now - at
+            flow = (backlog - ready + in_flight - running + completed - done) / elapsed
+            self._arrivals = self._smooth(self._arrivals, flow, elapsed / self._window)
+            self._duration = self._smooth(
+                self._duration, average_seconds, elapsed / (_SMOOTHING_WAITS * 2.0)
+            )
+        self._previous = (now, backlog, in_flight, completed)
+        lower = TUNING.desired_wait_seconds - TUNING.wait_tolerance_seconds
+        upper = TUNING.desired_wait_seconds + TUNING.wait_tolerance_seconds
+        current = self._pool.capacity
+        wait = predicted_wait(self._duration, backlog, current)
+        if (
+            self._arrivals is None
+            or self._duration is None
+            or wait is None
+            or now < STEADY[0].seconds
+            or wait > _FAR_FACTOR * upper
+        ):
+            self._fallback.apply(
+                backlog=backlog, workers=workers, busy=busy, average_seconds=average_seconds
+            )
+            return
+        neutral = self._arrivals * self._duration
+        short, past = math.floor(neutral), math.floor(neutral) + 1
+        size = current
+        if wait > upper and current <= short:
+            size = past + (wait > upper + 0.5)
+        elif wait > upper and current == past and wait > upper + 0.25:
+            size = past + 1
+        elif wait < lower and current >= past:
+            size = short - (wait < lower - 0.5)
+        elif wait < lower and current == short and wait < lower - 0.25:
+            size = short - 1
+        elif lower <= wait <= upper and current > past:
+            size = past if wait <= TUNING.desired_wait_seconds + self._back else current
+        elif lower <= wait <= upper and current < short:
+            size = short if wait >= TUNING.desired_wait_seconds - self._back else current
+        self._pool.resize(max(1, size))
+
+    @staticmethod
+    def _smooth(old: float | None, new: float, fraction: float) -> float:
+        return new if old is None else old + (1 - math.exp(-fraction)) * (new - old)
+
+
+def relay(seeds: int, windows: list[float], backs: list[float]) -> list[dict[str, float]]:
+    """The steady-phase figures of `_RelayScaler` per window and return point."""
+    from tests.tuning.figures import _of, in_band, reversals_per_minute
+
+    rows = []
+    for window in windows:
+        for back in backs:
+            make = functools.partial(_RelayScaler, window=window, back=back)
+            reversals, shares = [], []
+            for seed in range(seeds):
+                run = simulate(STEADY[:2], TUNING, seed=seed, flow_scaler=make)
+                steady = _of(run, "steady")
+                start = _of(run, "warmup")[-1].size_after
+                reversals.append(reversals_per_minute(steady, start))
+                shares.append(in_band(steady, TUNING))
+            row = {
+                "window": window,
+                "return": back,
+                "reversals_mean": round(sum(reversals) / seeds, 2),
+                "reversals_min": round(min(reversals), 2),
+                "reversals_max": round(max(reversals), 2),
+                "in_band_mean": round(sum(shares) / seeds, 3),
+                "in_band_min": round(min(shares), 3),
+                "in_band_max": round(max(shares), 3),
+            }
+            print(
+                f"window {window:g} s  return {back:+g} s  rev/min {min(reversals):.1f}-"
+                f"{max(reversals):.1f} (mean {row['reversals_mean']:.2f})  in band "
+                f"{min(shares):.1%}-{max(shares):.1%} (mean {row['in_band_mean']:.1%})",
+                flush=True,
+            )
+            rows.append(row)
+    return rows
+
+
 def _share_ratios(seed: int, processes: int) -> tuple[float, float]:
     run = simulate(STEADY, TUNING, seed=seed, processes=processes)
     begin = run.phase_starts["steady"] + 60
@@ -638,23 +757,33 @@ def main() -> None:
     parser.add_argument(
         "--arrival-waits", type=float, default=4.0, help="with --estimator flow: smoothing"
     )
+    parser.add_argument(
+        "--relay",
+        type=float,
+        nargs="+",
+        help="instead: a relay around the neutral size, per arrival window (s)",
+    )
+    parser.add_argument(
+        "--relay-return", type=float, nargs="+", default=[-0.25, 0.0], help="with --relay"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    if args.estimator:
-        row = estimator(args.seeds, args.load, args.estimator == "flow", args.arrival_waits)
-        print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)
-        print(json.dumps({"estimator": row}))
-        return
-    if args.dwell:
-        result = dwell(args.seeds, args.dwell, args.load, args.dwell_far)
-        print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)
-        print(json.dumps({"dwell": result}))
-        return
-    if args.bound:
-        rows = bound(args.seeds, args.mu)
-        print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)
-        print(json.dumps({"bound": rows}))
-        return
+    variants: list[tuple[str, object, Callable[[], object]]] = [
+        ("relay", args.relay, lambda: relay(args.seeds, args.relay, args.relay_return)),
+        (
+            "estimator",
+            args.estimator,
+            lambda: estimator(args.seeds, args.load, args.estimator == "flow", args.arrival_waits),
+        ),
+        ("dwell", args.dwell, lambda: dwell(args.seeds, args.dwell, args.load, args.dwell_far)),
+        ("bound", args.bound, lambda: bound(args.seeds, args.mu)),
+    ]
+    for name, wanted, measure in variants:
+        if wanted:
+            result = measure()
+            print(f"{time.perf_counter() - started:.1f} s of wall time", file=sys.stderr)
+            print(json.dumps({name: result}))
+            return
     rows = []
     print("seed  rev/min  in-band  to-band  fixed(size, in-band)  2p max/p95  3p max/p95")
     for seed in range(args.seeds):
