@@ -22,6 +22,11 @@ decision a second, sizes 35-46, at most two workers per step, the duration avera
 noise in the predicted wait), knowing the arrival rate exactly, and runs that policy
 through the same simulation and seeds (the real Autoscaler outside the model's range:
 warm-up, burst). For each mu it prints the model's expectation and the figures over the seeds.
+With ``--bound-window W ...`` it also runs the same policy knowing only an estimate of
+the arrival rate, as a real controller would: conservation arrivals smoothed over W
+seconds, times the smoothed duration, give the neutral size, and the table is shifted
+by the whole workers it differs from the model's (a shift changes only when the
+estimate leaves it by more than one worker).
 
 ``--dwell SECONDS ...`` (with ``--load K``, ``--dwell-far F``) measures a rule tried for
 issue 17 and not adopted: a minimum dwell between direction reversals. After the pool
@@ -59,6 +64,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import itertools
 import json
 import math
 import sys
@@ -212,10 +218,16 @@ class _PolicyScaler:
         average_seconds: float | None,
         processes: int | None = None,
     ) -> None:
+        self._shifted(backlog, workers, busy, average_seconds, 0)
+
+    def _shifted(
+        self, backlog: int, workers: int, busy: int, average_seconds: float | None, shift: int
+    ) -> None:
+        """The table's decision for a neutral size `shift` workers from the model's."""
         before = self._pool.capacity
-        key = (round(backlog / _B_STEP), before, self._direction)
+        key = (round(backlog / _B_STEP), before - shift, self._direction)
         if key in self._policy:
-            self._pool.resize(self._policy[key])
+            self._pool.resize(self._policy[key] + shift)
         else:
             self._fallback.apply(
                 backlog=backlog, workers=workers, busy=busy, average_seconds=average_seconds
@@ -225,26 +237,84 @@ class _PolicyScaler:
             self._direction = 1 if after > before else -1
 
 
-def bound(seeds: int, mus: list[float]) -> list[dict[str, float]]:
-    """For each mu: the optimal policy's expected figures, and measured over the seeds."""
+class _EstimatedPolicyScaler(_PolicyScaler):
+    """`_PolicyScaler` shifted to the neutral size a conservation estimate gives."""
+
+    def __init__(self, pool: WorkerPool, clock: Clock, *, policy: Policy, window: float) -> None:
+        super().__init__(pool, clock, policy=policy)
+        self._clock = clock
+        self._window = window
+        self._previous: tuple[float, int, int, int] | None = None
+        self._arrivals: float | None = None
+        self._duration: float | None = None
+        self._shift = 0
+
+    def apply(
+        self,
+        *,
+        backlog: int,
+        workers: int,
+        busy: int,
+        average_seconds: float | None,
+        processes: int | None = None,
+        in_flight: int | None = None,
+        completed: int | None = None,
+    ) -> None:
+        assert in_flight is not None
+        assert completed is not None
+        now = self._clock.monotonic()
+        if self._previous is not None and average_seconds is not None:
+            at, ready, running, done = self._previous
+            elapsed = now - at
+            flow = (backlog - ready + in_flight - running + completed - done) / elapsed
+            self._arrivals = _ewma(self._arrivals, flow, elapsed / self._window)
+            self._duration = _ewma(
+                self._duration, average_seconds, elapsed / (_SMOOTHING_WAITS * 2.0)
+            )
+        self._previous = (now, backlog, in_flight, completed)
+        if self._arrivals is not None and self._duration is not None:
+            offset = self._arrivals * (self._duration + TICK / 2) - _model_neutral()
+            if abs(offset - self._shift) > 1.0:
+                self._shift = round(offset)
+        self._shifted(backlog, workers, busy, average_seconds, self._shift)
+
+
+def _ewma(old: float | None, new: float, fraction: float) -> float:
+    """`old` moved toward `new` for `fraction` of the smoothing's time constant."""
+    return new if old is None else old + (1 - math.exp(-fraction)) * (new - old)
+
+
+def _model_neutral() -> float:
+    return STEADY[1].rate * ((MIN_SECONDS + MAX_SECONDS) / 2 + TICK / 2)
+
+
+def bound(seeds: int, mus: list[float], windows: list[float]) -> list[dict[str, float]]:
+    """For each mu: the optimal policy's expected figures, and measured over the seeds
+    (knowing the arrival rate exactly, then estimating it over each of `windows`)."""
     from tests.tuning.figures import _of, in_band, reversals_per_minute
 
     rows = []
-    for mu in mus:
-        policy, model_reversals, model_in_band = optimal_policy(mu)
+    policies = {mu: optimal_policy(mu) for mu in mus}
+    for mu, window in itertools.product(mus, [None, *windows]):
+        policy, model_reversals, model_in_band = policies[mu]
         reversals, shares = [], []
         for seed in range(seeds):
-            run = simulate(
-                STEADY[:2],
-                TUNING,
-                seed=seed,
-                scaler=functools.partial(_PolicyScaler, policy=policy),
-            )
+            if window is None:
+                run = simulate(
+                    STEADY[:2],
+                    TUNING,
+                    seed=seed,
+                    scaler=functools.partial(_PolicyScaler, policy=policy),
+                )
+            else:
+                estimated = functools.partial(_EstimatedPolicyScaler, policy=policy, window=window)
+                run = simulate(STEADY[:2], TUNING, seed=seed, flow_scaler=estimated)
             steady = _of(run, "steady")
             reversals.append(reversals_per_minute(steady, _of(run, "warmup")[-1].size_after))
             shares.append(in_band(steady, TUNING))
         row = {
             "mu": mu,
+            "window": window or 0.0,
             "model_reversals_per_minute": round(model_reversals, 2),
             "model_in_band": round(model_in_band, 3),
             "reversals_min": round(min(reversals), 2),
@@ -255,7 +325,8 @@ def bound(seeds: int, mus: list[float]) -> list[dict[str, float]]:
             "in_band_max": round(max(shares), 3),
         }
         print(
-            f"mu {mu:5.3f}  model: {model_reversals:4.2f} rev/min, {model_in_band:5.1%} in band;"
+            f"mu {mu:5.3f}  {f'window {window:g} s' if window else 'exact rate'}  model: "
+            f"{model_reversals:4.2f} rev/min, {model_in_band:5.1%} in band;"
             f"  seeds: {min(reversals):.1f}-{max(reversals):.1f} rev/min (mean "
             f"{row['reversals_mean']:.2f}), {min(shares):.0%}-{max(shares):.0%} in band (mean "
             f"{row['in_band_mean']:.1%})",
@@ -565,8 +636,8 @@ class _RelayScaler:
             at, ready, running, done = self._previous
             elapsed = now - at
             flow = (backlog - ready + in_flight - running + completed - done) / elapsed
-            self._arrivals = self._smooth(self._arrivals, flow, elapsed / self._window)
-            self._duration = self._smooth(
+            self._arrivals = _ewma(self._arrivals, flow, elapsed / self._window)
+            self._duration = _ewma(
                 self._duration, average_seconds, elapsed / (_SMOOTHING_WAITS * 2.0)
             )
         self._previous = (now, backlog, in_flight, completed)
@@ -601,10 +672,6 @@ class _RelayScaler:
         elif lower <= wait <= upper and current < short:
             size = short if wait >= TUNING.desired_wait_seconds - self._back else current
         self._pool.resize(max(1, size))
-
-    @staticmethod
-    def _smooth(old: float | None, new: float, fraction: float) -> float:
-        return new if old is None else old + (1 - math.exp(-fraction)) * (new - old)
 
 
 def relay(seeds: int, windows: list[float], backs: list[float]) -> list[dict[str, float]]:
@@ -742,6 +809,13 @@ def main() -> None:
     )
     parser.add_argument("--mu", type=float, nargs="+", default=[0.07, 0.1, 0.14])
     parser.add_argument(
+        "--bound-window",
+        type=float,
+        nargs="*",
+        default=[],
+        help="with --bound: also with the arrival rate estimated over these seconds",
+    )
+    parser.add_argument(
         "--dwell",
         type=float,
         nargs="+",
@@ -776,7 +850,7 @@ def main() -> None:
             lambda: estimator(args.seeds, args.load, args.estimator == "flow", args.arrival_waits),
         ),
         ("dwell", args.dwell, lambda: dwell(args.seeds, args.dwell, args.load, args.dwell_far)),
-        ("bound", args.bound, lambda: bound(args.seeds, args.mu)),
+        ("bound", args.bound, lambda: bound(args.seeds, args.mu, args.bound_window)),
     ]
     for name, wanted, measure in variants:
         if wanted:
