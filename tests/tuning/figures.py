@@ -61,8 +61,10 @@ def reversals_per_minute(decisions: list[Decision], start_size: int) -> float:
         if step:
             direction = step
         size = d.size_after
-    minutes = (decisions[-1].at - decisions[0].at) / 60
-    return reversals / minutes
+    # Each decision's move is counted (the first against `start_size`), so n evenly
+    # spaced decisions cover n intervals, not the n - 1 between the first and the last.
+    spacing = (decisions[-1].at - decisions[0].at) / (len(decisions) - 1)
+    return reversals / (spacing * len(decisions) / 60)
 
 
 def decisions_to_band(run: Run, tuning: TuningConfig, phase: str = "burst") -> int:
