@@ -92,7 +92,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -101,6 +101,7 @@ import taskrunner
 import taskrunner.backends
 from taskrunner_backends.redis import RedisStreamsQueue, open_from_url
 from taskrunner_backends.redis.local_cluster import LocalCluster
+from taskrunner_backends.redis.url import join_url
 
 QUEUE_NAME = "bench"
 RAW_BATCH = 100
@@ -451,7 +452,7 @@ def _incr_client(url: str, connections: int) -> aioredis.Redis | RedisCluster:
             nodes.append(ClusterNode(host, int(port)))
         return RedisCluster(startup_nodes=nodes, max_connections=connections)
     return aioredis.Redis.from_url(
-        urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), max_connections=connections
+        join_url(parts._replace(query="", fragment="")), max_connections=connections
     )
 
 
@@ -755,7 +756,7 @@ def run_scale(args: argparse.Namespace, runs: int) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         single_url = args.url or stack.enter_context(private_server(args.server))
         parts = urlsplit(single_url)
-        base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        base = join_url(parts._replace(query="", fragment=""))
         single = ScaleTarget(
             label="1 node",
             shards=1,

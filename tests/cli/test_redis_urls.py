@@ -5,6 +5,8 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 import pytest
+from redis import Redis
+from redis.connection import UnixDomainSocketConnection
 
 from taskrunner import ConfigurationError
 from taskrunner_backends.redis.url import split_url
@@ -59,6 +61,14 @@ def test_a_unix_socket_path_is_a_file_not_a_database() -> None:
 
     parts = urlsplit(redis_url)
     assert (parts.scheme, parts.path, parts.query) == ("unix", "/run/redis/redis.sock", "db=3")
+    # The "//" stays: redis-py 8.2 refuses "unix:/run/..." (what urlunsplit would make).
+    assert redis_url == "unix:///run/redis/redis.sock?db=3"
+    pool = Redis.from_url(redis_url).connection_pool  # connects only when used
+    assert pool.connection_class is UnixDomainSocketConnection
+    assert (pool.connection_kwargs["path"], pool.connection_kwargs["db"]) == (
+        "/run/redis/redis.sock",
+        3,
+    )
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/abc", "redis://:hunter2@127.0.0.1:1/0/1"])

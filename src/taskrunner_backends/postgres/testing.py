@@ -24,7 +24,7 @@ import atexit
 import os
 import secrets
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 from psycopg import sql
@@ -34,7 +34,7 @@ from taskrunner.queue import Delivery, Queue
 from .local_server import LocalPostgres
 from .queue import PostgresQueue, open_from_url
 from .scheduling import parse_message_id
-from .url import parse_url
+from .url import parse_url, postgres_url
 
 __all__ = [
     "PostgresHarness",
@@ -51,7 +51,7 @@ def with_options(url: str, **options: str) -> str:
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     query.update(options)
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    return postgres_url(parts.netloc, parts.path, urlencode(query))
 
 
 async def age_lease(queue: PostgresQueue, delivery: Delivery | str, seconds: float) -> bool:
@@ -216,6 +216,7 @@ def _private_server() -> LocalPostgres:
 def _fresh_schema(base: str) -> str:
     """`base` with a new ``tr_conformance_<hex>`` schema, dropped at exit."""
     schema = f"tr_conformance_{secrets.token_hex(4)}"
-    plain = urlunsplit(urlsplit(base)._replace(query=""))
+    parts = urlsplit(base)
+    plain = postgres_url(parts.netloc, parts.path, "")
     atexit.register(_drop_schema, plain, schema)
     return with_options(base, schema=schema)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import re
 from typing import Literal, NamedTuple
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from taskrunner.errors import ConfigurationError
 from taskrunner.redaction import mask_url, url_secrets
 
 from .schema import DEFAULT_SCHEMA, check_schema_name
 
-__all__ = ["LIBPQ_OPTIONS", "QUEUE_OPTIONS", "PostgresUrl", "parse_url"]
+__all__ = ["LIBPQ_OPTIONS", "QUEUE_OPTIONS", "PostgresUrl", "parse_url", "postgres_url"]
 
 #: Options this backend reads from the URL query.
 QUEUE_OPTIONS = frozenset({"schema", "pool_min", "pool_max", "pool_timeout", "migrate"})
@@ -122,6 +122,15 @@ def _seconds(url: str, name: str, value: str) -> float:
     return seconds
 
 
+def postgres_url(netloc: str, path: str, query: str) -> str:
+    """``postgresql://netloc/path?query``, the ``//`` kept when there is no host.
+
+    `urlunsplit` drops it for an empty authority (``postgresql:///db?host=/run`` would
+    become ``postgresql:/db?...``), which libpq does not read as a URI at all.
+    """
+    return f"postgresql://{netloc}{path}" + (f"?{query}" if query else "")
+
+
 def parse_url(url: str) -> PostgresUrl:
     """Split `url` into libpq's connection string and this backend's options.
 
@@ -177,15 +186,7 @@ def parse_url(url: str) -> PostgresUrl:
     migrate = ours.get("migrate", "auto").lower()
     if migrate not in ("auto", "never"):
         raise _bad(url, f"option migrate={ours['migrate']!r} must be auto or never")
-    conninfo = urlunsplit(
-        (
-            "postgresql",
-            parts.netloc,
-            parts.path,
-            "&".join(libpq),
-            "",
-        )
-    )
+    conninfo = postgres_url(parts.netloc, parts.path, "&".join(libpq))
     return PostgresUrl(
         conninfo=conninfo,
         schema=schema,

@@ -31,7 +31,7 @@ import atexit
 import math
 import os
 from collections.abc import Mapping
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis.asyncio as aioredis
 
@@ -41,6 +41,7 @@ from .keys import namespace_pattern
 from .partitioned import PartitionedQueue, open_cluster_from_url, split_id
 from .queue import RedisStreamsQueue, _locate
 from .scripts import SCRIPTS
+from .url import join_url
 
 __all__ = [
     "CLUSTER_LEASE_SECONDS",
@@ -134,7 +135,7 @@ def _with_options(url: str, **options: str) -> str:
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     query.update(options)
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    return join_url(parts._replace(query=urlencode(query)))
 
 
 class RedisClusterHarness:

@@ -11,12 +11,12 @@ which pass through to ``redis.asyncio.Redis.from_url``. Anything else is a
 from __future__ import annotations
 
 import re
-from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 
 from taskrunner.errors import ConfigurationError
 from taskrunner.redaction import mask_url
 
-__all__ = ["QUEUE_OPTIONS", "REDIS_OPTIONS", "split_url"]
+__all__ = ["QUEUE_OPTIONS", "REDIS_OPTIONS", "join_url", "split_url"]
 
 #: Options this backend reads from the URL query.
 QUEUE_OPTIONS = frozenset({"namespace", "durable"})
@@ -184,5 +184,16 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
         _check_database_path(url, parts.path, dict(pairs).get("db"))
     ours = {n: v for n, v in pairs if n in QUEUE_OPTIONS}
     theirs = [(n, v) for n, v in pairs if n in REDIS_OPTIONS]
-    redis_url = urlunsplit(parts._replace(query=urlencode(theirs)))
-    return redis_url, ours
+    return join_url(parts._replace(query=urlencode(theirs))), ours
+
+
+def join_url(parts: SplitResult) -> str:
+    """`parts` as a URL that always starts ``<scheme>://``.
+
+    Not `urlunsplit`: for a scheme outside urllib's ``uses_netloc`` it drops the ``//``
+    of an empty authority (``unix:///run/redis.sock`` becomes ``unix:/run/redis.sock``),
+    and redis-py 8.2 refuses a URL that does not start with ``<scheme>://``.
+    """
+    query = f"?{parts.query}" if parts.query else ""
+    fragment = f"#{parts.fragment}" if parts.fragment else ""
+    return f"{parts.scheme}://{parts.netloc}{parts.path}{query}{fragment}"
