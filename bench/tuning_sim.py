@@ -515,7 +515,7 @@ class _VariantAutoscaler(Autoscaler):
         raw_wait = predicted_wait(average_seconds, backlog, workers)
         far = raw_wait is not None and raw_wait > _FAR_FACTOR * upper
         if not far and raw_wait is not None and raw_wait > upper and raw_trend is not None:
-            far = self._surged(round(raw_trend * elapsed), workers, average_seconds)
+            far = self._surged(raw_trend * elapsed, elapsed, workers, average_seconds)
         if far or backlog == 0:
             weight = arrival_weight = 1.0
         if average_seconds is not None:

@@ -224,6 +224,35 @@ def test_a_wait_that_jumps_by_more_than_the_band_is_met_from_the_raw_reading(
     assert decision.size == size
 
 
+@pytest.mark.parametrize(("backlog", "size"), [(13, 3), (19, 3), (20, 7)])
+def test_a_small_pools_rise_is_a_surge_only_when_it_stands_out_of_the_noise(
+    backlog: int, size: int
+) -> None:
+    # Settled at 2 workers, 0.5 s tasks, 4 arrivals/s, 8 ready (a 2 s wait). The band's
+    # width is 4 messages here, while the backlog's one-second noise has a standard
+    # deviation of about 2.8 (arrivals and completions): a rise to 13 or 19 (5 or 11)
+    # is within 4 of them (11.3), and goes through the smoothed estimates (a step of
+    # one); a rise to 20 (12, a 5 s wait, just not far) is a surge, sized from the raw
+    # reading (16/s).
+    tuning = TuningConfig(
+        min_workers=1,
+        max_workers=500,
+        desired_wait_seconds=2.0,
+        wait_tolerance_seconds=0.5,
+        cooldown_seconds=0,
+    )
+    clock = _Clock()
+    pool = WorkerPool(2)
+    scaler = Autoscaler(pool, tuning, clock=clock)
+    for _ in range(30):
+        assert scaler.apply(backlog=8, workers=2, busy=2, average_seconds=0.5).size == 2
+        clock.now += 1
+
+    decision = scaler.apply(backlog=backlog, workers=2, busy=2, average_seconds=0.5)
+
+    assert (decision.reason, decision.size, pool.capacity) == ("above_band", size, size)
+
+
 @pytest.mark.parametrize("cooldown", [0.0, 5.0, 10.0])
 def test_simulated_load_enters_the_band_and_stays_without_oscillating(cooldown: float) -> None:
     tuning = TuningConfig(
