@@ -47,7 +47,7 @@ __all__ = [
 
 
 def with_options(url: str, **options: str) -> str:
-    """`url` with query `options` set (replacing any of the same name)."""
+    """`url` with query `options` set (replacing any of the same name), as ``postgresql://``."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     query.update(options)
