@@ -237,16 +237,45 @@ class _PolicyScaler:
             self._direction = 1 if after > before else -1
 
 
+class _FlowEstimate:
+    """Arrivals by conservation (change of the ready backlog + change of the tasks in
+    flight + completions) smoothed over `window` seconds, and the duration over the
+    law's smoothing time (`_SMOOTHING_WAITS` desired waits of 2 s)."""
+
+    def __init__(self, window: float) -> None:
+        self._window = window
+        self._previous: tuple[float, int, int, int] | None = None
+        self.arrivals: float | None = None
+        self.duration: float | None = None
+
+    def observe(
+        self,
+        now: float,
+        backlog: int,
+        in_flight: int | None,
+        completed: int | None,
+        average_seconds: float | None,
+    ) -> None:
+        assert in_flight is not None
+        assert completed is not None
+        if self._previous is not None and average_seconds is not None:
+            at, ready, running, done = self._previous
+            elapsed = now - at
+            flow = (backlog - ready + in_flight - running + completed - done) / elapsed
+            self.arrivals = _ewma(self.arrivals, flow, elapsed / self._window)
+            self.duration = _ewma(
+                self.duration, average_seconds, elapsed / (_SMOOTHING_WAITS * 2.0)
+            )
+        self._previous = (now, backlog, in_flight, completed)
+
+
 class _EstimatedPolicyScaler(_PolicyScaler):
     """`_PolicyScaler` shifted to the neutral size a conservation estimate gives."""
 
     def __init__(self, pool: WorkerPool, clock: Clock, *, policy: Policy, window: float) -> None:
         super().__init__(pool, clock, policy=policy)
         self._clock = clock
-        self._window = window
-        self._previous: tuple[float, int, int, int] | None = None
-        self._arrivals: float | None = None
-        self._duration: float | None = None
+        self._estimate = _FlowEstimate(window)
         self._shift = 0
 
     def apply(
@@ -260,20 +289,10 @@ class _EstimatedPolicyScaler(_PolicyScaler):
         in_flight: int | None = None,
         completed: int | None = None,
     ) -> None:
-        assert in_flight is not None
-        assert completed is not None
-        now = self._clock.monotonic()
-        if self._previous is not None and average_seconds is not None:
-            at, ready, running, done = self._previous
-            elapsed = now - at
-            flow = (backlog - ready + in_flight - running + completed - done) / elapsed
-            self._arrivals = _ewma(self._arrivals, flow, elapsed / self._window)
-            self._duration = _ewma(
-                self._duration, average_seconds, elapsed / (_SMOOTHING_WAITS * 2.0)
-            )
-        self._previous = (now, backlog, in_flight, completed)
-        if self._arrivals is not None and self._duration is not None:
-            offset = self._arrivals * (self._duration + TICK / 2) - _model_neutral()
+        estimate = self._estimate
+        estimate.observe(self._clock.monotonic(), backlog, in_flight, completed, average_seconds)
+        if estimate.arrivals is not None and estimate.duration is not None:
+            offset = estimate.arrivals * (estimate.duration + TICK / 2) - _model_neutral()
             if abs(offset - self._shift) > 1.0:
                 self._shift = round(offset)
         self._shifted(backlog, workers, busy, average_seconds, self._shift)
@@ -611,12 +630,9 @@ class _RelayScaler:
     def __init__(self, pool: WorkerPool, clock: Clock, *, window: float, back: float) -> None:
         self._pool = pool
         self._clock = clock
-        self._window = window
         self._back = back
         self._fallback = Autoscaler(pool, TUNING, clock=clock)
-        self._previous: tuple[float, int, int, int] | None = None
-        self._arrivals: float | None = None
-        self._duration: float | None = None
+        self._estimate = _FlowEstimate(window)
 
     def apply(
         self,
@@ -629,25 +645,16 @@ class _RelayScaler:
         in_flight: int | None = None,
         completed: int | None = None,
     ) -> None:
-        assert in_flight is not None
-        assert completed is not None
         now = self._clock.monotonic()
-        if self._previous is not None and average_seconds is not None:
-            at, ready, running, done = self._previous
-            elapsed = now - at
-            flow = (backlog - ready + in_flight - running + completed - done) / elapsed
-            self._arrivals = _ewma(self._arrivals, flow, elapsed / self._window)
-            self._duration = _ewma(
-                self._duration, average_seconds, elapsed / (_SMOOTHING_WAITS * 2.0)
-            )
-        self._previous = (now, backlog, in_flight, completed)
+        self._estimate.observe(now, backlog, in_flight, completed, average_seconds)
+        arrivals, duration = self._estimate.arrivals, self._estimate.duration
         lower = TUNING.desired_wait_seconds - TUNING.wait_tolerance_seconds
         upper = TUNING.desired_wait_seconds + TUNING.wait_tolerance_seconds
         current = self._pool.capacity
-        wait = predicted_wait(self._duration, backlog, current)
+        wait = predicted_wait(duration, backlog, current)
         if (
-            self._arrivals is None
-            or self._duration is None
+            arrivals is None
+            or duration is None
             or wait is None
             or now < STEADY[0].seconds
             or wait > _FAR_FACTOR * upper
@@ -656,7 +663,7 @@ class _RelayScaler:
                 backlog=backlog, workers=workers, busy=busy, average_seconds=average_seconds
             )
             return
-        neutral = self._arrivals * self._duration
+        neutral = arrivals * duration
         short, past = math.floor(neutral), math.floor(neutral) + 1
         size = current
         if wait > upper and current <= short:
