@@ -190,6 +190,28 @@ def _simulate(phases: list[_Phase], tuning: TuningConfig) -> list[list[tuple[flo
     return trace
 
 
+def _settled(
+    *, workers: int, backlog: int, tolerance: float = 0.5
+) -> tuple[Autoscaler, WorkerPool]:
+    """An Autoscaler (band 2 s +- `tolerance`, no cooldown) after 30 one-second
+    observations of `backlog` ready and `workers` busy 0.5 s tasks, which it held."""
+    tuning = TuningConfig(
+        min_workers=1,
+        max_workers=500,
+        desired_wait_seconds=2.0,
+        wait_tolerance_seconds=tolerance,
+        cooldown_seconds=0,
+    )
+    clock = _Clock()
+    pool = WorkerPool(workers)
+    scaler = Autoscaler(pool, tuning, clock=clock)
+    for _ in range(30):
+        seen = scaler.apply(backlog=backlog, workers=workers, busy=workers, average_seconds=0.5)
+        assert seen.size == workers
+        clock.now += 1
+    return scaler, pool
+
+
 @pytest.mark.parametrize(
     ("tolerance", "backlog", "size"),
     [(0.5, 240, 46), (0.5, 241, 70), (0.0, 240, 49), (0.0, 241, 75)],
@@ -204,19 +226,7 @@ def test_a_wait_that_jumps_by_more_than_the_band_is_met_from_the_raw_reading(
     # reading (busy / duration + trend: 161/s) sizes the pool; one of 1 s or less goes
     # through the smoothed estimates (about 89/s after one second). The size aims at the
     # band's upper edge: 2.5 s, or 2 s for the band of zero width.
-    tuning = TuningConfig(
-        min_workers=1,
-        max_workers=500,
-        desired_wait_seconds=2.0,
-        wait_tolerance_seconds=tolerance,
-        cooldown_seconds=0,
-    )
-    clock = _Clock()
-    pool = WorkerPool(40)
-    scaler = Autoscaler(pool, tuning, clock=clock)
-    for _ in range(30):
-        assert scaler.apply(backlog=160, workers=40, busy=40, average_seconds=0.5).size == 40
-        clock.now += 1
+    scaler, pool = _settled(workers=40, backlog=160, tolerance=tolerance)
 
     decision = scaler.apply(backlog=backlog, workers=40, busy=40, average_seconds=0.5)
 
@@ -234,19 +244,7 @@ def test_a_small_pools_rise_is_a_surge_only_when_it_stands_out_of_the_noise(
     # is within 4 of them (11.3), and goes through the smoothed estimates (a step of
     # one); a rise to 20 (12, a 5 s wait, just not far) is a surge, sized from the raw
     # reading (16/s).
-    tuning = TuningConfig(
-        min_workers=1,
-        max_workers=500,
-        desired_wait_seconds=2.0,
-        wait_tolerance_seconds=0.5,
-        cooldown_seconds=0,
-    )
-    clock = _Clock()
-    pool = WorkerPool(2)
-    scaler = Autoscaler(pool, tuning, clock=clock)
-    for _ in range(30):
-        assert scaler.apply(backlog=8, workers=2, busy=2, average_seconds=0.5).size == 2
-        clock.now += 1
+    scaler, pool = _settled(workers=2, backlog=8)
 
     decision = scaler.apply(backlog=backlog, workers=2, busy=2, average_seconds=0.5)
 
