@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -15,25 +17,36 @@ def install(session: nox.Session, *groups: str, extras: str = "") -> None:
     session.install("-e", f".{extras}", *nox.project.dependency_groups(PYPROJECT, *groups))
 
 
+def processes(posargs: list[str]) -> list[str]:
+    """pytest-xdist options: ``TASKRUNNER_TEST_PROCESSES`` processes (default twice the
+    cores: most tests wait on servers and timers), unless the arguments choose (``-n 0``
+    runs in one process, for a debugger). ``loadgroup`` keeps each group of tests that
+    shares a costly server (the Redis Cluster) in one process."""
+    if any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in posargs):
+        return []
+    count = os.environ.get("TASKRUNNER_TEST_PROCESSES") or str(2 * (os.cpu_count() or 1))
+    return ["-n", count, "--dist", "loadgroup"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every test. Redis tests use TASKRUNNER_TEST_REDIS_URL or spawn a throwaway server."""
     install(session, "test", extras="[conformance,prometheus,postgres,dashboard]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *processes(session.posargs), *session.posargs)
 
 
 @nox.session
 def redis(session: nox.Session) -> None:
     """Only the tests that need a Redis-compatible server (TASKRUNNER_TEST_SERVER=valkey|redis)."""
     install(session, "test", extras="[conformance,prometheus,postgres,dashboard]")
-    session.run("pytest", "-m", "redis", *session.posargs)
+    session.run("pytest", "-m", "redis", *processes(session.posargs), *session.posargs)
 
 
 @nox.session
 def postgres(session: nox.Session) -> None:
     """Only the tests that need PostgreSQL (TASKRUNNER_TEST_POSTGRES_URL, or a throwaway server)."""
     install(session, "test", extras="[conformance,prometheus,postgres,dashboard]")
-    session.run("pytest", "-m", "postgres", *session.posargs)
+    session.run("pytest", "-m", "postgres", *processes(session.posargs), *session.posargs)
 
 
 @nox.session

@@ -32,7 +32,7 @@ class TestInMemoryQueueWithMaxBatch(QueueConformance):
     def test_random_operations_agree_with_the_reference_model(self) -> None:
         # The model-based extra net would double this file's run time; it runs on the
         # two variants above, and the deterministic P5 and X33 check the clamp here.
-        pytest.skip("P40 runs on the variants without max_batch only")
+        pytest.skip("not applicable: P40 runs on the variants without max_batch only")
 
     # Still the P40 test (the report and the mutation plugin select tests by property).
     test_random_operations_agree_with_the_reference_model.conformance_properties = ("P40",)  # type: ignore[attr-defined]
