@@ -56,10 +56,12 @@ Outcome = Literal["passed", "failed", "skipped"]
 
 SUITE_VERSION = "1.6"
 
-#: The contract version the cases were written against, (major, minor). Kept apart from
-#: `taskrunner.queue.CONTRACT_VERSION` on purpose: a test fails when the two differ, so
-#: a contract change cannot ship without the suite being brought up to it.
 TESTED_CONTRACT_VERSION = (2, 0)
+"""The contract version the cases were written against, (major, minor).
+
+Kept apart from `taskrunner.queue.CONTRACT_VERSION` on purpose: a test fails when the
+two differ, so a contract change cannot ship without the suite being brought up to it.
+"""
 
 # Where a backend author reads what changed between two majors.
 _MIGRATION_HINT = 'CHANGELOG.md, "Backend contract", says what changed and how to migrate'

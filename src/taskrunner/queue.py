@@ -88,13 +88,16 @@ __all__ = [
     "scheduling_of",
 ]
 
-#: This contract's version, (major, minor). A backend declares the version it implements
-#: as a ``contract_version`` attribute of its queue class; the conformance suite reports
-#: it and fails a backend that declares a major it does not test. An incompatible change
-#: (a changed signature or meaning, a new required member) bumps the major, an addition
-#: every older backend still satisfies (an optional part, a capability flag) the minor;
-#: CHANGELOG.md ("Backend contract") lists each change and how to migrate.
 CONTRACT_VERSION: Final = (2, 0)
+"""This contract's version, (major, minor).
+
+A backend declares the version it implements as a ``contract_version`` attribute of its
+queue class; the conformance suite reports it and fails a backend that declares a major
+it does not test. An incompatible change (a changed signature or meaning, a new
+required member) bumps the major, an addition every older backend still satisfies (an
+optional part, a capability flag) the minor; CHANGELOG.md ("Backend contract") lists
+each change and how to migrate.
+"""
 
 
 class Receipt(msgspec.Struct, frozen=True, kw_only=True):
