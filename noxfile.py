@@ -123,3 +123,11 @@ def tuning_sim(session: nox.Session) -> None:
     """
     install(session, "test")
     session.run("python", "bench/tuning_sim.py", "--seeds", "20", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site with its API reference, built strictly into a temporary dir."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "docs"))
+    site = session.create_tmp()
+    session.run("mkdocs", "build", "--strict", "--site-dir", f"{site}/site", *session.posargs)

@@ -29,6 +29,10 @@ the `Queue` contract, and of the optional `Scheduling`, `Leadership`, `ResultSto
 
 Versioning: `SUITE_VERSION` changes when tests are added; new required tests arrive
 only in minor releases of taskrunner, so pin taskrunner in your CI to avoid surprises.
+The suite tests one contract, `TESTED_CONTRACT_VERSION` (the installed
+`taskrunner.queue.CONTRACT_VERSION`): a backend declares the version it implements as
+``contract_version`` on its queue class; a major the suite does not test fails the
+run, a missing declaration is named in the report (docs/writing-a-backend.md, §9).
 """
 
 from __future__ import annotations
@@ -61,7 +65,14 @@ from .history import (
 )
 from .model import ReferenceModel
 from .properties import PROPERTIES, Property
-from .report import SUITE_VERSION, ConformanceReport, ConformanceReporter
+from .report import (
+    SUITE_VERSION,
+    TESTED_CONTRACT_VERSION,
+    ConformanceReport,
+    ConformanceReporter,
+    ContractCheck,
+    check_contract,
+)
 from .runner import main, run
 from .scenario import ConformanceBase, Scenario, conformance
 from .settings import effort, time_scale
@@ -71,12 +82,14 @@ from .suite import QueueConformance
 __all__ = [
     "PROPERTIES",
     "SUITE_VERSION",
+    "TESTED_CONTRACT_VERSION",
     "AgesLeases",
     "BaseHarness",
     "Capabilities",
     "ConformanceBase",
     "ConformanceReport",
     "ConformanceReporter",
+    "ContractCheck",
     "CrashesBackend",
     "Harness",
     "HarnessFactory",
@@ -98,6 +111,7 @@ __all__ = [
     "RestartsBackend",
     "Scenario",
     "StopsBackend",
+    "check_contract",
     "check_history",
     "conformance",
     "effort",

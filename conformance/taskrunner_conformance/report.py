@@ -14,6 +14,11 @@ property checked (edges of deadlines, stale receipts of each kind, extreme input
 counted by the tests through `note_boundaries`), which claims of the backend a test
 exercised ("certified") and which none could ("claimed, not tested"), and the
 mutation score the suite reached on the reference backends at this suite version.
+
+It also checks the contract version the backend declares (its queue's
+``contract_version``, see `taskrunner.queue.CONTRACT_VERSION`): a major this suite
+does not test fails every test and the run; a missing declaration is named in the
+report's ``contract`` line and verdict, and the run judged as for this suite's version.
 """
 
 from __future__ import annotations
@@ -34,10 +39,14 @@ from taskrunner.queue import Capabilities
 from .properties import PROPERTIES, Property
 
 __all__ = [
+    "SUITE_VERSION",
+    "TESTED_CONTRACT_VERSION",
     "ConformanceReport",
     "ConformanceReporter",
+    "ContractCheck",
     "PropertyResult",
     "TestResult",
+    "check_contract",
     "mutation_score",
     "note_backend",
     "note_boundaries",
@@ -45,7 +54,96 @@ __all__ = [
 
 Outcome = Literal["passed", "failed", "skipped"]
 
-SUITE_VERSION = "1.5"
+SUITE_VERSION = "1.6"
+
+TESTED_CONTRACT_VERSION = (2, 0)
+"""The contract version the cases were written against, (major, minor).
+
+Kept apart from `taskrunner.queue.CONTRACT_VERSION` on purpose: a test fails when the
+two differ, so a contract change cannot ship without the suite being brought up to it.
+"""
+
+# Where a backend author reads what changed between two majors.
+_MIGRATION_HINT = 'CHANGELOG.md, "Backend contract", says what changed and how to migrate'
+
+ContractStatus = Literal["tested", "newer minor", "not declared", "unsupported", "malformed"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContractCheck:
+    """The contract version a backend declares, against the one this suite tests.
+
+    Attributes:
+        declared: The queue's ``contract_version`` as found; None when it has none.
+        version: `declared` when it is a well-formed (major, minor), else None.
+        status: ``tested`` (this suite's major, a minor it knows), ``newer minor``
+            (this major, a later minor: what that minor added is not tested), ``not
+            declared`` (judged as `TESTED_CONTRACT_VERSION`), ``unsupported`` (another
+            major) or ``malformed`` (not two whole numbers).
+        text: The report's ``contract`` line, without its label.
+    """
+
+    declared: object
+    version: tuple[int, int] | None
+    status: ContractStatus
+    text: str
+
+    @property
+    def fails(self) -> bool:
+        """True when the suite cannot certify the backend under its declaration."""
+        return self.status in ("unsupported", "malformed")
+
+
+def _version_text(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def check_contract(declared: object) -> ContractCheck:
+    """Judge a declared ``contract_version`` against `TESTED_CONTRACT_VERSION`."""
+    tested = TESTED_CONTRACT_VERSION
+    tested_text = _version_text(tested)
+    if declared is None:
+        return ContractCheck(
+            None,
+            None,
+            "not declared",
+            f"NOT DECLARED: the queue has no contract_version; judged as {tested_text}, "
+            "the version this suite tests (declare it: contract_version = "
+            "taskrunner.queue.CONTRACT_VERSION on the queue class)",
+        )
+    if not (
+        isinstance(declared, tuple)
+        and len(declared) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in declared)
+    ):
+        return ContractCheck(
+            declared,
+            None,
+            "malformed",
+            f"MALFORMED: contract_version must be a tuple (major, minor) of two whole "
+            f"numbers, like taskrunner.queue.CONTRACT_VERSION {tested!r}; got {declared!r}",
+        )
+    version = (int(declared[0]), int(declared[1]))
+    text = _version_text(version)
+    if version[0] != tested[0]:
+        return ContractCheck(
+            declared,
+            version,
+            "unsupported",
+            f"UNSUPPORTED: the backend declares {text}; this suite tests contract "
+            f"{tested[0]}.x (up to {tested_text}) only; {_MIGRATION_HINT}",
+        )
+    if version[1] > tested[1]:
+        return ContractCheck(
+            declared,
+            version,
+            "newer minor",
+            f"{text} declared; this suite tests up to {tested_text}: what {text} added is "
+            "not tested (a newer taskrunner's suite tests it)",
+        )
+    return ContractCheck(
+        declared, version, "tested", f"{text} declared; this suite tests {tested_text}"
+    )
 
 
 @dataclass(slots=True)
@@ -116,6 +214,12 @@ class BackendInfo:
     time_mode: str = ""
     hooks: tuple[str, ...] = ()
     parts: tuple[str, ...] = ()
+    contract_version: object = None
+
+    @property
+    def contract(self) -> ContractCheck:
+        """The declared contract version, judged (see `check_contract`)."""
+        return check_contract(self.contract_version)
 
 
 _observed = BackendInfo()
@@ -141,14 +245,34 @@ def note_backend(
     time_mode: str,
     hooks: Iterable[str],
     parts: Iterable[str] = (),
+    contract_version: object = None,
 ) -> None:
-    """Record what the backend under test claims (called by every scenario)."""
+    """Record what the backend under test claims (called by every scenario).
+
+    Args:
+        capabilities: What the backend claims (or the harness's override).
+        requires_heartbeat: The queue's `requires_heartbeat`.
+        lease_seconds: The harness's lease.
+        time_mode: ``clock``, ``age`` or ``real``.
+        hooks: The harness hooks detected.
+        parts: The optional parts the queue offers.
+        contract_version: The queue's ``contract_version`` (None when it has none).
+
+    Raises:
+        AssertionError: The backend declares a contract major this suite does not test,
+            or a malformed version: every test fails with the reason, also when the
+            suite runs without the reporter.
+    """
     _observed.capabilities = capabilities
     _observed.requires_heartbeat = requires_heartbeat
     _observed.lease_seconds = lease_seconds
     _observed.time_mode = time_mode
     _observed.hooks = tuple(hooks)
     _observed.parts = tuple(parts)
+    _observed.contract_version = contract_version
+    contract = _observed.contract
+    if contract.fails:
+        raise AssertionError(f"contract version {contract.text}")
 
 
 @dataclass(slots=True)
@@ -176,9 +300,13 @@ class ConformanceReport:
 
     @property
     def passed_all_applicable(self) -> bool:
-        """True when nothing failed, something passed and pytest itself had no errors."""
+        """True when nothing failed, something passed and pytest itself had no errors.
+
+        A backend declaring a contract major this suite does not test never passes.
+        """
         return (
             not self.failed
+            and not (self.backend.capabilities is not None and self.backend.contract.fails)
             and not self.errors
             and any(p.outcome == "passed" for p in self.properties)
             and self.pytest_exit_code in (0, 1)
@@ -188,10 +316,12 @@ class ConformanceReport:
         """The human-readable report."""
         info = self.backend
         lines = [
-            f"taskrunner conformance report (suite {SUITE_VERSION})",
+            f"taskrunner conformance report (suite {SUITE_VERSION}, "
+            f"contract {_version_text(TESTED_CONTRACT_VERSION)})",
             f"target   {self.target}",
         ]
         if info.capabilities is not None:
+            lines.append(f"contract {info.contract.text}")
             caps = info.capabilities
             # Every boolean flag, so flags added to Capabilities show up by themselves.
             flags = [f for f in caps.__struct_fields__ if isinstance(getattr(caps, f), bool)]
@@ -297,8 +427,22 @@ class ConformanceReport:
     def to_json(self) -> dict[str, Any]:
         """A JSON-able form: target, claims and every property with its tests."""
         caps = self.backend.capabilities
+        contract = self.backend.contract
+        declared: list[int] | str | None = (
+            list(contract.version)
+            if contract.version is not None
+            else None
+            if contract.declared is None
+            else repr(contract.declared)
+        )
         return {
             "suite_version": SUITE_VERSION,
+            "contract": {
+                "tested": list(TESTED_CONTRACT_VERSION),
+                "declared": declared,
+                "status": contract.status if caps is not None else "no queue was opened",
+                "detail": contract.text,
+            },
             "target": self.target,
             "passed": self.passed_all_applicable,
             "capabilities": None
@@ -394,14 +538,21 @@ def _mutation_text(score: dict[str, Any] | None) -> str:
 
 
 def _verdict(report: ConformanceReport) -> str:
+    contract = report.backend.contract
+    opened = report.backend.capabilities is not None
+    if opened and contract.fails:
+        return f"RESULT: FAIL - contract version {contract.status}: {contract.text}"
     if report.passed_all_applicable:
         untested = [c.claim for c in report.claims if c.status == "not tested"]
+        verdict = "RESULT: PASS - every applicable property passed"
         if untested:
-            return (
-                "RESULT: PASS - every applicable property passed; "
-                f"claimed but not tested: {', '.join(untested)}"
+            verdict += f"; claimed but not tested: {', '.join(untested)}"
+        if contract.status == "not declared":
+            verdict += (
+                "; contract version not declared (judged as "
+                f"{_version_text(TESTED_CONTRACT_VERSION)})"
             )
-        return "RESULT: PASS - every applicable property passed"
+        return verdict
     if report.failed:
         return f"RESULT: FAIL - {', '.join(p.definition.id for p in report.failed)}"
     if report.errors or report.pytest_exit_code not in (0, 1, 5):

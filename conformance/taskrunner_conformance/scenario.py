@@ -121,6 +121,7 @@ class Scenario:
             time_mode=self.time_mode,
             hooks=[name for name, hook in HOOKS.items() if isinstance(self.harness, hook)],
             parts=optional_parts(self.queue),
+            contract_version=getattr(self.queue, "contract_version", None),
         )
 
     async def open(self, namespace: str | None = None) -> Queue:

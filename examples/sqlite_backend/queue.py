@@ -28,6 +28,7 @@ from pathlib import Path
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.errors import BackendUnavailableError, QueueClosedError
 from taskrunner.queue import (
+    CONTRACT_VERSION,
     Capabilities,
     ConsumerCleanup,
     Delivery,
@@ -85,6 +86,8 @@ class SqliteQueue:
         name: The queue's name within the file.
         clock: Source of wall-clock time for leases and delays.
     """
+
+    contract_version = CONTRACT_VERSION  # what the conformance suite checks
 
     def __init__(
         self, path: str | Path, *, name: str = "default", clock: Clock | None = None

@@ -140,4 +140,5 @@ __all__ = [
     "open_queue",
 ]
 
+# The one place the version is kept: pyproject.toml reads it ([tool.hatch.version]).
 __version__ = "0.1.0"

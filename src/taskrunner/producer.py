@@ -220,8 +220,8 @@ class Producer:
         payload).
 
         Raises:
-            The same errors as `dispatch`. On `BackendUnavailableError` some chunks may
-            have been added.
+            BackendUnavailableError: The backend could not be reached; some chunks may
+                have been added. The other errors are those of `dispatch`.
         """
         resolved = self._app.get_task(task) if isinstance(task, str) else task
         return DispatchedList(

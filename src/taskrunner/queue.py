@@ -44,12 +44,13 @@ holds, bounded and paged), read with `names_of`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 import msgspec
 
 __all__ = [
     "BROWSE_LIMIT",
+    "CONTRACT_VERSION",
     "QUEUE_NAMES_LIMIT",
     "AddRequest",
     "Added",
@@ -86,6 +87,17 @@ __all__ = [
     "results_of",
     "scheduling_of",
 ]
+
+CONTRACT_VERSION: Final = (2, 0)
+"""This contract's version, (major, minor).
+
+A backend declares the version it implements as a ``contract_version`` attribute of its
+queue class; the conformance suite reports it and fails a backend that declares a major
+it does not test. An incompatible change (a changed signature or meaning, a new
+required member) bumps the major, an addition every older backend still satisfies (an
+optional part, a capability flag) the minor; CHANGELOG.md ("Backend contract") lists
+each change and how to migrate.
+"""
 
 
 class Receipt(msgspec.Struct, frozen=True, kw_only=True):

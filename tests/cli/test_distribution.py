@@ -50,7 +50,7 @@ def files_with_install_hints() -> list[Path]:
         *(ROOT / "src").rglob("*.lua"),
         *(ROOT / "conformance").rglob("*.py"),
     ]
-    return [ROOT / "README.md", *docs, *sources]
+    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *docs, *sources]
 
 
 def test_no_install_hint_names_the_wrong_project() -> None:

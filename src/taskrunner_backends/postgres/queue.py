@@ -37,6 +37,7 @@ from taskrunner.errors import (
     QueueClosedError,
 )
 from taskrunner.queue import (
+    CONTRACT_VERSION,
     AddRequest,
     Capabilities,
     ConsumerCleanup,
@@ -399,6 +400,8 @@ class PostgresQueue:
             ``off``): claims ``durable_enqueue``.
         display: How to name the server in messages (the masked URL).
     """
+
+    contract_version = CONTRACT_VERSION  # what the conformance suite checks
 
     def __init__(
         self,

@@ -68,6 +68,7 @@ from redis.exceptions import RedisClusterException
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.errors import BackendUnavailableError, ConfigurationError, QueueClosedError
 from taskrunner.queue import (
+    CONTRACT_VERSION,
     Added,
     AddRequest,
     Capabilities,
@@ -175,6 +176,8 @@ class PartitionedQueue:
     message (see the module docstring for where each part lives). Ordering across the
     queue is ``none``.
     """
+
+    contract_version = CONTRACT_VERSION  # what the conformance suite checks
 
     def __init__(
         self,
