@@ -10,6 +10,7 @@ import pytest
 from taskrunner import Runner, RunnerConfig
 from taskrunner.app import App
 from taskrunner.dashboard import Dashboard, Guard, QueueSet, Sampler
+from taskrunner.dashboard.build import build_dashboard
 from taskrunner.dashboard.data import PAGE_SIZE, WORKERS_SHOWN
 from taskrunner.errors import BackendUnavailableError
 from taskrunner.producer import Producer
@@ -203,6 +204,12 @@ async def test_the_backend_url_is_shown_masked() -> None:
     await board.queues.aclose()
 
     assert "redis://:***@db.internal:6379/0" in page.text
+
+
+def test_build_dashboard_masks_the_secret_options_of_its_url() -> None:
+    board = build_dashboard("memory://store?tenant=a&token=S3CRET9X", ["a"])
+
+    assert board.url == "memory://store?tenant=a&token=***"
 
 
 # Actions ---------------------------------------------------------------------------
