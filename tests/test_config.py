@@ -162,6 +162,25 @@ def test_task_definitions_are_checked() -> None:
         async def f() -> None: ...
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\t", " "])
+def test_a_name_with_trailing_white_space_is_refused(end: str) -> None:
+    # A pattern checked with re.match and "$" accepts "emails\n" ("$" matches before a
+    # trailing newline): every name is checked whole.
+    with pytest.raises(ConfigurationError, match="queue name"):
+        App(f"emails{end}")
+    app = App()
+    with pytest.raises(ConfigurationError, match="task name"):
+
+        @app.task(name=f"send{end}")
+        async def send() -> None: ...
+
+    @app.task(name="tick")
+    async def tick() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="schedule name"):
+        app.schedule(f"hourly{end}", "tick", every=3600)
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [

@@ -44,9 +44,10 @@ DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 DEFAULT_RESULT_TTL_SECONDS = 3600.0
 
 # Queue names become part of backend keys (a Redis hash tag), so braces and spaces are out.
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
-_TASK_NAME = re.compile(r"^[^\s{}]{1,200}$")
-_SCHEDULE_NAME = re.compile(r"^[^\s{}]{1,200}$")
+# Checked with fullmatch: "$" also matches before a trailing newline.
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+_TASK_NAME = re.compile(r"[^\s{}]{1,200}")
+_SCHEDULE_NAME = re.compile(r"[^\s{}]{1,200}")
 
 UniqueKeyFunc = Callable[[Any], str]
 """Makes a task's default unique key from its payload (the task name is prefixed)."""
@@ -93,7 +94,7 @@ class Task(Generic[PayloadT]):
         store_result: bool = False,
         result_ttl: float | timedelta = DEFAULT_RESULT_TTL_SECONDS,
     ) -> None:
-        if not _TASK_NAME.match(name):
+        if not _TASK_NAME.fullmatch(name):
             raise ConfigurationError(
                 f"task name {name!r} must be 1-200 characters without spaces or braces",
                 setting="name",
@@ -165,7 +166,7 @@ class App:
         store_results: bool = False,
         result_ttl: float | timedelta = DEFAULT_RESULT_TTL_SECONDS,
     ) -> None:
-        if not _QUEUE_NAME.match(queue):
+        if not _QUEUE_NAME.fullmatch(queue):
             raise ConfigurationError(
                 f"queue name {queue!r} must be 1-100 characters of letters, digits, '_.:-'",
                 setting="queue",
@@ -238,7 +239,7 @@ class App:
             PayloadTooLargeError: The message would exceed ``max_message_bytes``.
         """
         checked: Any = name
-        if not isinstance(checked, str) or not _SCHEDULE_NAME.match(checked):
+        if not isinstance(checked, str) or not _SCHEDULE_NAME.fullmatch(checked):
             raise ConfigurationError(
                 f"schedule name {name!r} must be 1-200 characters without spaces or braces",
                 setting="name",

@@ -32,7 +32,7 @@ from taskrunner.settings import Settings
 
 __all__ = ["add_parser", "check_old_payload_flag", "parse_at", "parse_duration", "run_enqueue"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
@@ -42,7 +42,7 @@ def parse_duration(text: str) -> float:
     Raises:
         UsageError: Anything else (negative, empty, another unit).
     """
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if match is None:
         raise UsageError(
             f"--delay {text!r}: expected a duration such as 30s, 1.5s, 250ms, 2m, 1h or 1d"
