@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar, get_type_hints, overload
 from taskrunner.codec import PayloadCodec, encode_envelope
 from taskrunner.errors import ConfigurationError, UnknownTaskError
 from taskrunner.messages import Envelope
+from taskrunner.names import check_queue_name
 from taskrunner.schedules import CatchUp, Schedule, Timing, check_catch_up
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "App", "Task"]
@@ -166,6 +167,7 @@ class App:
         store_results: bool = False,
         result_ttl: float | timedelta = DEFAULT_RESULT_TTL_SECONDS,
     ) -> None:
+        check_queue_name(queue, setting="queue")
         if not _QUEUE_NAME.fullmatch(queue):
             raise ConfigurationError(
                 f"queue name {queue!r} must be 1-100 characters of letters, digits, '_.:-'",

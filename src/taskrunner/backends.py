@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from taskrunner.clock import Clock
 from taskrunner.errors import ConfigurationError
+from taskrunner.names import check_queue_name
 from taskrunner.queue import Queue
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
@@ -241,9 +242,11 @@ async def connect(url: str, queue_name: str, *, clock: Clock | None = None) -> Q
     """Open the queue `queue_name` on the backend `url` names; close it with ``aclose``.
 
     Raises:
-        ConfigurationError: The URL is malformed, its scheme unknown, or an option bad.
+        ConfigurationError: The URL is malformed, its scheme unknown, an option bad,
+            or `queue_name` is no name any backend takes (`check_queue_name`).
         BackendUnavailableError: The backend could not be reached.
     """
+    check_queue_name(queue_name)
     factory = _factory(check_url(url))
     return await factory(url, queue_name=queue_name, clock=clock)
 

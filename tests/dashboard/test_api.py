@@ -12,7 +12,7 @@ from taskrunner.app import App
 from taskrunner.dashboard import Dashboard, Guard, QueueSet, Sampler
 from taskrunner.dashboard.build import build_dashboard
 from taskrunner.dashboard.data import PAGE_SIZE, WORKERS_SHOWN
-from taskrunner.errors import BackendUnavailableError
+from taskrunner.errors import BackendUnavailableError, ConfigurationError
 from taskrunner.producer import Producer
 from taskrunner.queue import Queue, WorkerInfo, leadership_of
 from taskrunner.scheduler import ELECTION
@@ -537,3 +537,10 @@ async def test_completed_and_failed_rates_come_from_workers_running_elsewhere() 
     [point] = second["throughput"]
     assert point["completed_per_second"] == pytest.approx(6 / elapsed)
     assert point["failed_per_second"] == pytest.approx(2 / elapsed)
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_build_dashboard_refuses_a_path_step_for_a_queue_name(name: str) -> None:
+    # /queues/.. would resolve to / in the browser: such a queue could not be shown.
+    with pytest.raises(ConfigurationError, match="are steps of a path"):
+        build_dashboard("memory://", ["jobs", name])
