@@ -100,16 +100,32 @@ class Task(Generic[PayloadT]):
                 f"task name {name!r} must be 1-200 characters without spaces or braces",
                 setting="name",
             )
-        if max_retries is not None and max_retries < 0:
-            raise ConfigurationError(
-                f"task {name!r}: max_retries={max_retries} must be >= 0 (0 means no retry)",
-                setting="max_retries",
+        if max_retries is not None:
+            _check_count(
+                f"task {name!r}: max_retries", max_retries, minimum=0, setting="max_retries"
             )
-        if timeout_seconds is not None and not timeout_seconds > 0:
-            raise ConfigurationError(
-                f"task {name!r}: timeout_seconds={timeout_seconds} must be > 0 (or None)",
-                setting="timeout_seconds",
-            )
+            if max_retries < 0:
+                raise ConfigurationError(
+                    f"task {name!r}: max_retries={max_retries} must be >= 0 (0 means no retry)",
+                    setting="max_retries",
+                )
+        if timeout_seconds is not None:
+            timeout: Any = timeout_seconds
+            if (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, int | float)
+                or math.isinf(timeout)
+            ):
+                raise ConfigurationError(
+                    f"task {name!r}: timeout_seconds={timeout_seconds!r} must be a finite "
+                    "number of seconds (or None)",
+                    setting="timeout_seconds",
+                )
+            if not timeout > 0:
+                raise ConfigurationError(
+                    f"task {name!r}: timeout_seconds={timeout_seconds} must be > 0 (or None)",
+                    setting="timeout_seconds",
+                )
         if unique_key is not None and not callable(unique_key):
             raise ConfigurationError(
                 f"task {name!r}: unique_key must be a function of the payload",
@@ -173,6 +189,7 @@ class App:
                 f"queue name {queue!r} must be 1-100 characters of letters, digits, '_.:-'",
                 setting="queue",
             )
+        _check_count("max_message_bytes", max_message_bytes, setting="max_message_bytes")
         if max_message_bytes < 1:
             raise ConfigurationError(
                 f"max_message_bytes={max_message_bytes} must be >= 1",
@@ -421,6 +438,16 @@ class _TaskDecorator:
         )
         self._app._register(task)
         return task
+
+
+def _check_count(what: str, value: object, *, setting: str, minimum: int = 1) -> None:
+    """Refuse a count that is no int: a float (1.5 retries) or a bool is a mistake."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(
+            f"{what}={value!r} must be a whole number (an int >= {minimum}), "
+            f"not {type(value).__name__}",
+            setting=setting,
+        )
 
 
 def _unique_seconds(name: str, value: float | timedelta | None) -> float | None:
