@@ -163,6 +163,61 @@ def test_task_definitions_are_checked() -> None:
 
 
 @pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_retries": 1.5}, r"max_retries=1.5 must be a whole number .*not float"),
+        ({"max_retries": 2.0}, r"max_retries=2.0 must be a whole number"),
+        ({"max_retries": True}, r"max_retries=True must be a whole number .*not bool"),
+        ({"max_retries": "3"}, r"max_retries='3' must be a whole number .*not str"),
+        ({"timeout_seconds": True}, r"timeout_seconds=True must be a finite number"),
+        ({"timeout_seconds": "5"}, r"timeout_seconds='5' must be a finite number"),
+        ({"timeout_seconds": float("inf")}, r"timeout_seconds=inf must be a finite number"),
+        ({"unique_for": True}, r"unique_for=True must be a positive number"),
+        ({"result_ttl": False}, r"result_ttl=False must be a positive number"),
+    ],
+)
+def test_numeric_task_options_of_the_wrong_kind_are_refused(
+    options: dict[str, Any], message: str
+) -> None:
+    app = App()
+
+    with pytest.raises(ConfigurationError, match=message):
+        app.task(**options)(lambda: None)
+
+
+@pytest.mark.parametrize("value", [1.5, 1024.0, True, "1024"])
+def test_max_message_bytes_must_be_an_int(value: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"max_message_bytes=.* must be a whole number"):
+        App(max_message_bytes=value)  # type: ignore[arg-type]
+
+
+def test_whole_numbers_are_still_accepted() -> None:
+    app = App(max_message_bytes=2048)
+    task = app.task(max_retries=0, timeout_seconds=2)(lambda: None)
+
+    assert (task.max_retries, task.timeout_seconds, app.max_message_bytes) == (0, 2, 2048)
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\t", " "])
+def test_a_name_with_trailing_white_space_is_refused(end: str) -> None:
+    # A pattern checked with re.match and "$" accepts "emails\n" ("$" matches before a
+    # trailing newline): every name is checked whole.
+    with pytest.raises(ConfigurationError, match="queue name"):
+        App(f"emails{end}")
+    app = App()
+    with pytest.raises(ConfigurationError, match="task name"):
+
+        @app.task(name=f"send{end}")
+        async def send() -> None: ...
+
+    @app.task(name="tick")
+    async def tick() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="schedule name"):
+        app.schedule(f"hourly{end}", "tick", every=3600)
+
+
+@pytest.mark.parametrize(
     ("settings", "message"),
     [
         ({"consumer_prefix": 5}, "consumer_prefix=5 must be 1-100 printable characters"),

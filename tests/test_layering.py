@@ -25,6 +25,7 @@ ALLOWED = {
         "errors",
         "clock",
         "redaction",
+        "names",
     },
     "the conformance suite imports only the public contract (queue, errors, clock, testing)": {
         "queue",

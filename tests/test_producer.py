@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import TypedDict
 
@@ -14,6 +15,7 @@ from taskrunner import (
     PayloadTooLargeError,
     PayloadValidationError,
     Producer,
+    TaskFailedError,
     UnknownTaskError,
 )
 from taskrunner.codec import decode_envelope
@@ -169,3 +171,43 @@ def test_unknown_envelope_fields_are_ignored_for_rolling_upgrades() -> None:
 def test_tasks_are_callable_directly() -> None:
     assert app.get_task(write.name) is write
     assert write(Label("direct")) is None
+
+
+async def test_result_of_a_dead_letter_without_a_stored_result_fails_at_once() -> None:
+    # The clock never moves by itself: waiting out the timeout would hang, and the
+    # real-time bound below would fail the test.
+    clock = FakeClock()
+    queue = InMemoryQueue(clock=clock)
+    app = App("dead-results")
+
+    @app.task(name="dead.job", store_result=False)
+    async def job() -> int:
+        return 1
+
+    producer = Producer(queue, app, clock=clock)
+    message_id = await producer.dispatch(job)
+    [delivery] = await queue.receive("c1", max_messages=1, wait_seconds=0, lease_seconds=30)
+    await queue.dead_letter([delivery], reason="poison: boom")
+
+    async with asyncio.timeout(5):
+        with pytest.raises(TaskFailedError) as caught:
+            await producer.result(message_id, timeout=30)
+
+    assert caught.value.error_type == "DeadLettered"
+    assert caught.value.error_message == "poison: boom"
+    assert caught.value.task == "dead.job"
+    assert "dead-lettered without a stored result" in str(caught.value)
+
+
+async def test_result_still_waits_for_a_message_that_is_only_queued() -> None:
+    queue = InMemoryQueue(clock=FakeClock(autojump=True))
+    app = App("queued-results")
+
+    @app.task(name="queued.job", store_result=True)
+    async def job() -> int:
+        return 1
+
+    message_id = await Producer(queue, app).dispatch(job)
+
+    with pytest.raises(TimeoutError, match="not finished yet"):
+        await Producer(queue, app).result(message_id, timeout=5)

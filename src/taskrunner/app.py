@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar, get_type_hints, overload
 from taskrunner.codec import PayloadCodec, encode_envelope
 from taskrunner.errors import ConfigurationError, UnknownTaskError
 from taskrunner.messages import Envelope
+from taskrunner.names import check_queue_name
 from taskrunner.schedules import CatchUp, Schedule, Timing, check_catch_up
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "App", "Task"]
@@ -44,9 +45,10 @@ DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 DEFAULT_RESULT_TTL_SECONDS = 3600.0
 
 # Queue names become part of backend keys (a Redis hash tag), so braces and spaces are out.
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
-_TASK_NAME = re.compile(r"^[^\s{}]{1,200}$")
-_SCHEDULE_NAME = re.compile(r"^[^\s{}]{1,200}$")
+# Checked with fullmatch: "$" also matches before a trailing newline.
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+_TASK_NAME = re.compile(r"[^\s{}]{1,200}")
+_SCHEDULE_NAME = re.compile(r"[^\s{}]{1,200}")
 
 UniqueKeyFunc = Callable[[Any], str]
 """Makes a task's default unique key from its payload (the task name is prefixed)."""
@@ -93,21 +95,37 @@ class Task(Generic[PayloadT]):
         store_result: bool = False,
         result_ttl: float | timedelta = DEFAULT_RESULT_TTL_SECONDS,
     ) -> None:
-        if not _TASK_NAME.match(name):
+        if not _TASK_NAME.fullmatch(name):
             raise ConfigurationError(
                 f"task name {name!r} must be 1-200 characters without spaces or braces",
                 setting="name",
             )
-        if max_retries is not None and max_retries < 0:
-            raise ConfigurationError(
-                f"task {name!r}: max_retries={max_retries} must be >= 0 (0 means no retry)",
-                setting="max_retries",
+        if max_retries is not None:
+            _check_count(
+                f"task {name!r}: max_retries", max_retries, minimum=0, setting="max_retries"
             )
-        if timeout_seconds is not None and not timeout_seconds > 0:
-            raise ConfigurationError(
-                f"task {name!r}: timeout_seconds={timeout_seconds} must be > 0 (or None)",
-                setting="timeout_seconds",
-            )
+            if max_retries < 0:
+                raise ConfigurationError(
+                    f"task {name!r}: max_retries={max_retries} must be >= 0 (0 means no retry)",
+                    setting="max_retries",
+                )
+        if timeout_seconds is not None:
+            timeout: Any = timeout_seconds
+            if (
+                isinstance(timeout, bool)
+                or not isinstance(timeout, int | float)
+                or math.isinf(timeout)
+            ):
+                raise ConfigurationError(
+                    f"task {name!r}: timeout_seconds={timeout_seconds!r} must be a finite "
+                    "number of seconds (or None)",
+                    setting="timeout_seconds",
+                )
+            if not timeout > 0:
+                raise ConfigurationError(
+                    f"task {name!r}: timeout_seconds={timeout_seconds} must be > 0 (or None)",
+                    setting="timeout_seconds",
+                )
         if unique_key is not None and not callable(unique_key):
             raise ConfigurationError(
                 f"task {name!r}: unique_key must be a function of the payload",
@@ -165,11 +183,13 @@ class App:
         store_results: bool = False,
         result_ttl: float | timedelta = DEFAULT_RESULT_TTL_SECONDS,
     ) -> None:
-        if not _QUEUE_NAME.match(queue):
+        check_queue_name(queue, setting="queue")
+        if not _QUEUE_NAME.fullmatch(queue):
             raise ConfigurationError(
                 f"queue name {queue!r} must be 1-100 characters of letters, digits, '_.:-'",
                 setting="queue",
             )
+        _check_count("max_message_bytes", max_message_bytes, setting="max_message_bytes")
         if max_message_bytes < 1:
             raise ConfigurationError(
                 f"max_message_bytes={max_message_bytes} must be >= 1",
@@ -238,7 +258,7 @@ class App:
             PayloadTooLargeError: The message would exceed ``max_message_bytes``.
         """
         checked: Any = name
-        if not isinstance(checked, str) or not _SCHEDULE_NAME.match(checked):
+        if not isinstance(checked, str) or not _SCHEDULE_NAME.fullmatch(checked):
             raise ConfigurationError(
                 f"schedule name {name!r} must be 1-200 characters without spaces or braces",
                 setting="name",
@@ -418,6 +438,16 @@ class _TaskDecorator:
         )
         self._app._register(task)
         return task
+
+
+def _check_count(what: str, value: object, *, setting: str, minimum: int = 1) -> None:
+    """Refuse a count that is no int: a float (1.5 retries) or a bool is a mistake."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(
+            f"{what}={value!r} must be a whole number (an int >= {minimum}), "
+            f"not {type(value).__name__}",
+            setting=setting,
+        )
 
 
 def _unique_seconds(name: str, value: float | timedelta | None) -> float | None:

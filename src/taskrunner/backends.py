@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import re
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
@@ -25,8 +27,9 @@ from typing import Any, cast
 
 from taskrunner.clock import Clock
 from taskrunner.errors import ConfigurationError
+from taskrunner.names import check_queue_name
 from taskrunner.queue import Queue
-from taskrunner.redaction import mask_url
+from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
 __all__ = [
     "DEFAULT_URL",
@@ -59,6 +62,9 @@ _BUILT_IN = {
 
 BackendFactory = Callable[..., Awaitable[Queue]]
 
+# A scheme followed by a mistyped separator: "redis:/", "redis//", "redis:" ...
+_SCHEME_TYPO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)(?P<separator>:/*|/+)")
+
 
 def known_schemes() -> list[str]:
     """Every URL scheme a backend is available for, built-in or installed."""
@@ -70,12 +76,14 @@ def known_schemes() -> list[str]:
 def check_url(url: str) -> str:
     """Check that `url` has a scheme some backend serves; returns the scheme (lower case).
 
-    Only the scheme is checked here; each backend checks the rest of its URL (host,
-    options) when it opens it. Nothing is imported.
+    Only the scheme and that the URL splits into its parts are checked here; each
+    backend checks the rest of its URL (host, options) when it opens it. Nothing is
+    imported.
 
     Raises:
-        ConfigurationError: The URL has no scheme, or no backend serves it (the
-            message lists the known schemes and suggests the closest).
+        ConfigurationError: The URL has no scheme, cannot be split into its parts (an
+            unbalanced ``[`` of an IPv6 host), or no backend serves it (the message
+            lists the known schemes and suggests the closest).
     """
     if not isinstance(url, str):
         raise ConfigurationError(
@@ -83,12 +91,9 @@ def check_url(url: str) -> str:
         )
     scheme, separator, _ = url.partition("://")
     if not separator or not scheme:
-        raise ConfigurationError(
-            f"backend URL {mask_url(url)!r} has no scheme; expected e.g. memory:// or "
-            "redis://127.0.0.1:6379/0",
-            setting="url",
-        )
+        raise ConfigurationError(_no_scheme(url), setting="url")
     scheme = scheme.lower()
+    _check_structure(url)
     known = known_schemes()
     if scheme not in known:
         close = difflib.get_close_matches(scheme, known, n=1)
@@ -100,6 +105,42 @@ def check_url(url: str) -> str:
             setting="url",
         )
     return scheme
+
+
+def _no_scheme(url: str) -> str:
+    """What is wrong with `url`, which has no ``scheme://``: a mistyped one, or none."""
+    typo = _SCHEME_TYPO.match(url)
+    if typo is not None and typo["scheme"].lower() in known_schemes():
+        scheme, rest = typo["scheme"], url[typo.end() :]
+        # Masked as the URL it was meant to be, so its user information is found.
+        meant = mask_url(f"{scheme}://{rest}")
+        written = f"{scheme}{typo['separator']}{meant.partition('://')[2]}"
+        return (
+            f"backend URL {written!r} has {typo['separator']!r} after its scheme instead "
+            f"of '://'; expected {meant!r}"
+        )
+    return (
+        f"backend URL {mask_url(url)!r} has no scheme; expected e.g. memory:// or "
+        "redis://127.0.0.1:6379/0"
+    )
+
+
+def _check_structure(url: str) -> None:
+    """Refuse a URL that urllib cannot split, which every backend would fail on."""
+    try:
+        urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        if "IPv6" in str(exc):
+            problem = (
+                "its host has an unbalanced '[' or ']' (an IPv6 address is written in "
+                "brackets: [::1]:6379)"
+            )
+        else:
+            # urllib may quote the host part, user information included.
+            problem = mask_secrets(str(exc), url_secrets(url))
+        raise ConfigurationError(
+            f"backend URL {mask_url(url)!r} cannot be parsed: {problem}", setting="url"
+        ) from None
 
 
 def _factory(scheme: str) -> BackendFactory:
@@ -201,9 +242,11 @@ async def connect(url: str, queue_name: str, *, clock: Clock | None = None) -> Q
     """Open the queue `queue_name` on the backend `url` names; close it with ``aclose``.
 
     Raises:
-        ConfigurationError: The URL is malformed, its scheme unknown, or an option bad.
+        ConfigurationError: The URL is malformed, its scheme unknown, an option bad,
+            or `queue_name` is no name any backend takes (`check_queue_name`).
         BackendUnavailableError: The backend could not be reached.
     """
+    check_queue_name(queue_name)
     factory = _factory(check_url(url))
     return await factory(url, queue_name=queue_name, clock=clock)
 

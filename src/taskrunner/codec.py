@@ -82,6 +82,11 @@ class PayloadCodec:
                 f"task {task!r}: {what} type {payload_type!r} cannot be encoded as JSON: {exc}"
             ) from exc
 
+    @property
+    def type_name(self) -> str:
+        """The declared type as error messages name it (``Greeting``, ``list[int]``)."""
+        return _type_name(self._type)
+
     def encode(self, payload: object) -> msgspec.Raw:
         """Validate `payload` against the declared type and encode it as JSON.
 

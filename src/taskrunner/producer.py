@@ -23,7 +23,7 @@ from typing import Any, TypeVar, overload
 from taskrunner.app import App, Task
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.codec import encode_envelope
-from taskrunner.errors import UnsupportedFeatureError
+from taskrunner.errors import TaskFailedError, UnsupportedFeatureError
 from taskrunner.messages import Envelope
 from taskrunner.queue import (
     AddRequest,
@@ -34,7 +34,7 @@ from taskrunner.queue import (
     results_of,
     scheduling_of,
 )
-from taskrunner.results import TaskStatus, decode_result, result_value, statuses
+from taskrunner.results import TaskState, TaskStatus, decode_result, result_value, statuses
 from taskrunner.tracing import dispatching
 
 __all__ = ["Dispatched", "DispatchedList", "Producer", "encode_message"]
@@ -278,7 +278,10 @@ class Producer:
 
         Raises:
             TaskFailedError: The task failed terminally; the exception carries the
-                stored error type and message.
+                stored error type and message. Raised at once, without waiting, for a
+                message that was dead-lettered without a stored result, where the
+                backend can look messages up (``error_type`` ``DeadLettered``, the
+                reason as ``error_message``).
             TimeoutError: No result was stored within `timeout` (still queued or
                 running, or the task does not store results, or it expired).
             UnsupportedFeatureError: The backend has no result store.
@@ -292,7 +295,16 @@ class Producer:
             raise ValueError(f"timeout={timeout!r} must be a finite number of seconds >= 0")
         message_id = str(message_id)  # a `Dispatched` is a str subclass
         store = self._result_store()
-        body = await store.wait_result(message_id, timeout_seconds=float(timeout))
+        dead: TaskStatus | None = None
+        if self._queue.capabilities.lookup:
+            status = await self.status(message_id)
+            if status.state == TaskState.DEAD:
+                dead = status
+        # A dead letter has its stored failure now or never gets one: no waiting.
+        wait = 0.0 if dead is not None else float(timeout)
+        body = await store.wait_result(message_id, timeout_seconds=wait)
+        if body is None and dead is not None:
+            raise _dead_letter_error(dead)
         if body is None:
             raise TimeoutError(
                 f"no result for message {message_id} within {timeout:g}s (not finished yet, "
@@ -529,3 +541,17 @@ def _default_key(task: Task[Any], payload: Any) -> str:
             )
         return f"{task.name}:{made}"
     return f"{task.name}:{hashlib.sha256(bytes(task.codec.encode(payload))).hexdigest()}"
+
+
+def _dead_letter_error(status: TaskStatus) -> TaskFailedError:
+    reason = status.last_error or "no reason recorded"
+    task = status.task or "?"
+    return TaskFailedError(
+        f"message {status.message_id} (task {task!r}) was dead-lettered without a stored "
+        f"result: {reason}",
+        message_id=status.message_id,
+        task=task,
+        error_type="DeadLettered",
+        error_message=reason,
+        delivery_count=status.delivery_count or 0,
+    )

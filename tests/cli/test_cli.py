@@ -73,6 +73,17 @@ def test_enqueue_to_memory_is_refused_since_the_message_would_die_with_the_proce
     assert queue_len(memory_url) == 0
 
 
+def test_enqueue_without_a_payload_says_it_is_missing_and_its_type(run: Cli) -> None:
+    result = run("enqueue", "cli.greet", "--app", APP, "--url", DOWN)
+
+    assert result.code == 2
+    assert (
+        "task 'cli.greet' takes a payload (Greeting) and none was given: pass it with "
+        "--payload JSON"
+    ) in result.err
+    assert "null" not in result.err
+
+
 @pytest.mark.parametrize(
     "argv",
     [

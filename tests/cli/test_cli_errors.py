@@ -82,7 +82,8 @@ DOWN = "redis://127.0.0.1:1/0"
         (
             ["inspect"],
             {"TASKRUNNER_URL": "redis//127.0.0.1"},
-            "environment variable TASKRUNNER_URL: backend URL 'redis//127.0.0.1' has no scheme",
+            "environment variable TASKRUNNER_URL: backend URL 'redis//127.0.0.1' has '//' "
+            "after its scheme instead of '://'; expected 'redis://127.0.0.1'",
         ),
         (
             ["inspect", "--config", "nowhere.toml"],

@@ -36,6 +36,17 @@ def test_inspect_id_shows_a_ready_and_a_delayed_message(run: Cli, memory_url: st
     assert "  due at       " in blocks[1]
 
 
+def test_several_ids_may_follow_one_id_option(run: Cli, memory_url: str) -> None:
+    ready = dispatch(memory_url)
+    delayed = dispatch(memory_url, delay=3600)
+
+    result = run("inspect", APP, "--url", memory_url, "--id", ready, delayed, "--json")
+
+    assert result.code == 0, result.err
+    states = [(m["message_id"], m["state"]) for m in result.json()["messages"]]
+    assert states == [(ready, "ready"), (delayed, "delayed")]
+
+
 def test_inspect_id_as_json_and_exit_1_for_an_unknown_id(run: Cli, memory_url: str) -> None:
     ready = dispatch(memory_url)
 

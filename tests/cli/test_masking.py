@@ -18,7 +18,7 @@ from urllib.parse import quote, unquote
 import pytest
 
 from taskrunner.logs import configure_logging
-from taskrunner.redaction import mask_secrets, mask_url, url_secrets
+from taskrunner.redaction import mask_secrets, mask_url, register_secret_options, url_secrets
 from tests.cli.conftest import Cli
 
 APP = "tests.cli.apps:app"
@@ -113,6 +113,56 @@ def test_url_secrets_name_the_password_as_written_decoded_and_encoded(password: 
     assert password in secrets
     assert unquote(password) in secrets
     assert quote(unquote(password), safe="") in secrets
+
+
+def option_forms(password: str) -> list[str]:
+    """A secret in a query option, for every built-in scheme (and the option names)."""
+    secret = quote(password, safe="")
+    return [
+        f"redis://{DOWN}/0?password={secret}&bogus=2",
+        f"rediss://{DOWN}/0?ssl_password={secret}&ssl_cert_reqs=none",
+        f"unix:///tmp/taskrunner-no-such.sock?db=0&password={secret}",
+        f"redis+cluster://{DOWN}?password={secret}&shards=2",
+        f"rediss+cluster://{DOWN}?ssl_password={secret}",
+        f"postgresql://app@{DOWN}/db?password={secret}&sslmode=disable",
+        f"postgres://app@{DOWN}/db?sslpassword={secret}",
+        f"memory://store?token={secret}",
+        # Unencoded: the value runs up to the next "&name=", whatever it holds.
+        f"redis://{DOWN}/0?password={password}&bogus=2",
+        f"postgresql://app@{DOWN}/db?db_passphrase={password}",
+    ]
+
+
+@pytest.mark.parametrize("password", [*PASSWORDS, pytest.param("S3CR&ET9X", id="ampersand")])
+def test_mask_url_hides_secret_query_options_of_every_scheme(password: str) -> None:
+    for url in option_forms(password):
+        masked = mask_url(url)
+
+        assert_clean(masked)
+        assert "=***" in masked
+        # The options around it stay readable.
+        assert masked.startswith(url.partition("?")[0]), masked
+        assert ("&bogus=2" in masked) == ("&bogus=2" in url)
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+def test_secret_query_options_are_masked_in_text_and_found_by_url_secrets(password: str) -> None:
+    for url in option_forms(password):
+        secrets = url_secrets(url)
+        value = url.partition("sword=")[2] or url.partition("token=")[2]
+        echoed = unquote(value.partition("&")[0])
+
+        assert_clean(mask_secrets(f"bad URL {url}: what is {echoed!r}?", secrets))
+
+
+def test_a_backend_declares_its_own_secret_options() -> None:
+    url = "thirdparty://host/?tenant=acme&signature=S3CRET9X"
+    assert mask_url(url) == url
+
+    register_secret_options("Signature")
+
+    assert mask_url(url) == "thirdparty://host/?tenant=acme&signature=***"
+    assert "S3CRET9X" in url_secrets(url)
 
 
 @pytest.fixture
@@ -212,6 +262,16 @@ def test_usage_errors_mask_urls_on_the_command_line(run: Cli, argv: list[str]) -
 
     assert result.code == 2
     assert_clean(result.err)
+
+
+@pytest.mark.parametrize("url", option_forms("S3CR/ET9X"))
+def test_commands_never_print_a_secret_query_option(run: Cli, url: str) -> None:
+    for argv in (["inspect", "--url", url], ["config", "--url", url, "--json"]):
+        result = run(*argv)
+
+        assert_clean(result.out + result.err)
+        assert "Traceback" not in result.err, argv
+        assert result.code in (0, 1, 2), (argv, result.err)
 
 
 @pytest.mark.parametrize(

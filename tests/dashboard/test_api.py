@@ -10,8 +10,9 @@ import pytest
 from taskrunner import Runner, RunnerConfig
 from taskrunner.app import App
 from taskrunner.dashboard import Dashboard, Guard, QueueSet, Sampler
+from taskrunner.dashboard.build import build_dashboard
 from taskrunner.dashboard.data import PAGE_SIZE, WORKERS_SHOWN
-from taskrunner.errors import BackendUnavailableError
+from taskrunner.errors import BackendUnavailableError, ConfigurationError
 from taskrunner.producer import Producer
 from taskrunner.queue import Queue, WorkerInfo, leadership_of
 from taskrunner.scheduler import ELECTION
@@ -203,6 +204,12 @@ async def test_the_backend_url_is_shown_masked() -> None:
     await board.queues.aclose()
 
     assert "redis://:***@db.internal:6379/0" in page.text
+
+
+def test_build_dashboard_masks_the_secret_options_of_its_url() -> None:
+    board = build_dashboard("memory://store?tenant=a&token=S3CRET9X", ["a"])
+
+    assert board.url == "memory://store?tenant=a&token=***"
 
 
 # Actions ---------------------------------------------------------------------------
@@ -530,3 +537,10 @@ async def test_completed_and_failed_rates_come_from_workers_running_elsewhere() 
     [point] = second["throughput"]
     assert point["completed_per_second"] == pytest.approx(6 / elapsed)
     assert point["failed_per_second"] == pytest.approx(2 / elapsed)
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_build_dashboard_refuses_a_path_step_for_a_queue_name(name: str) -> None:
+    # /queues/.. would resolve to / in the browser: such a queue could not be shown.
+    with pytest.raises(ConfigurationError, match="are steps of a path"):
+        build_dashboard("memory://", ["jobs", name])

@@ -32,7 +32,7 @@ from taskrunner.settings import Settings
 
 __all__ = ["add_parser", "check_old_payload_flag", "parse_at", "parse_duration", "run_enqueue"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
@@ -42,7 +42,7 @@ def parse_duration(text: str) -> float:
     Raises:
         UsageError: Anything else (negative, empty, another unit).
     """
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if match is None:
         raise UsageError(
             f"--delay {text!r}: expected a duration such as 30s, 1.5s, 250ms, 2m, 1h or 1d"
@@ -192,6 +192,13 @@ async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output)
         try:
             encode_message(app, task_name, payload)
         except MessageError as exc:
+            if where == _NO_PAYLOAD:
+                # Not "Expected array, got null": the user gave nothing, not null.
+                codec = app.get_task(task_name).codec
+                raise UsageError(
+                    f"task {task_name!r} takes a payload ({codec.type_name}) and none was "
+                    "given: pass it with --payload JSON, or one per line with --file"
+                ) from None
             raise UsageError(f"{where}: {exc}") from None
     async with open_queue(settings.url, queue_name) as queue:
         sent = await Producer(queue, app).dispatch_many(
@@ -223,12 +230,16 @@ async def run_enqueue(args: argparse.Namespace, settings: Settings, out: Output)
     return EXIT_OK
 
 
+# Where the payload came from when neither --payload nor --file was given.
+_NO_PAYLOAD = "payload"
+
+
 def _read_payloads(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """(where, payload) pairs: where names the flag or the file line, for errors."""
     if args.payload_json is not None:
         return [("--payload", _decode_json(args.payload_json, "--payload"))]
     if args.file is None:
-        return [("payload", None)]
+        return [(_NO_PAYLOAD, None)]
     if args.file == "-":
         name, lines = "stdin", sys.stdin.read().splitlines()
     else:

@@ -55,11 +55,12 @@ def add_parser(commands: argparse._SubParsersAction[Parser], common: Parser) -> 
     )
     inspect_.add_argument(
         "--id",
-        action="append",
+        action="extend",
+        nargs="+",
         dest="message_ids",
         metavar="ID",
-        help="show where this message is (repeatable; one queue): its state, delivery "
-        "count, last error and times",
+        help="show where these messages are (one queue; several ids after one --id, or "
+        "--id repeated): their state, delivery count, last error and times",
     )
 
 

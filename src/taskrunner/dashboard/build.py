@@ -9,6 +9,7 @@ from taskrunner.backends import check_url, connect
 from taskrunner.dashboard.data import QueueSet, Sampler
 from taskrunner.dashboard.security import Guard
 from taskrunner.dashboard.web import LOOPBACK_HOSTS, Dashboard
+from taskrunner.names import check_queue_name
 from taskrunner.queue import Queue
 from taskrunner.redaction import mask_url
 
@@ -33,10 +34,12 @@ def build_dashboard(
     one (asked through a handle of ``names[0]``), else `names`.
 
     Raises:
-        ConfigurationError: The URL is malformed or its scheme unknown (checked now,
-            not at the first page view).
+        ConfigurationError: The URL is malformed or its scheme unknown, or a name is
+            no queue name (checked now, not at the first page view).
     """
     check_url(url)
+    for name in names:
+        check_queue_name(name)
 
     async def opener(name: str) -> Queue:
         return await connect(url, name)

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from taskrunner.app import Task
+from taskrunner.clock import Clock
 from taskrunner.codec import decode_envelope
 from taskrunner.queue import Added, AddRequest, Queue, Scheduling, scheduling_of
 
@@ -90,10 +91,13 @@ class RecordingQueue:
 
     Args:
         inner: The queue to forward to (usually a memory queue).
+        clock: The clock `inner` runs on, if known: `run_until_idle` takes it from
+            here when not given one.
     """
 
-    def __init__(self, inner: Queue) -> None:
+    def __init__(self, inner: Queue, *, clock: Clock | None = None) -> None:
         self.inner = inner
+        self.clock = clock
         self.dispatches = Dispatches()
         part = scheduling_of(inner)
         self._scheduling = None if part is None else _RecordingScheduling(part, self)

@@ -221,8 +221,10 @@ async def run_until_idle(
         app: The tasks to run.
         queue: The queue your code dispatched onto; its clock must be `clock`. None:
             a fresh, empty memory queue on a fresh clock.
-        clock: The queue's `FakeClock`; it must have ``autojump=True``. None: a new
-            one (only valid with ``queue=None``).
+        clock: The queue's `FakeClock`; it must have ``autojump=True``. None: the
+            queue's own, when it has a ``clock`` attribute holding a `FakeClock` (the
+            ``taskrunner_queue`` fixture's does), else a new one (only valid with
+            ``queue=None``).
         fail_fast: Raise the first final task failure.
         timeout: Real seconds before giving up.
         config: Runner settings, used as given. None: long receive, lease and
@@ -237,9 +239,13 @@ async def run_until_idle(
         IdleTimeoutError: Not idle within `timeout` real seconds.
         ValueError: A queue without its clock, or a clock without autojump.
     """
-    if clock is None:
-        if queue is not None:
+    if clock is None and queue is not None:
+        # A queue that says which clock it runs on (the taskrunner_queue fixture's).
+        known = getattr(queue, "clock", None)
+        if not isinstance(known, FakeClock):
             raise ValueError("run_until_idle(queue=...) needs clock=: the FakeClock of that queue")
+        clock = known
+    if clock is None:
         clock = FakeClock(autojump=True)
     if not clock.autojump:
         raise ValueError("run_until_idle needs a FakeClock(autojump=True)")

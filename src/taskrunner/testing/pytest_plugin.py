@@ -40,11 +40,12 @@ def taskrunner_clock() -> FakeClock:
 def taskrunner_queue(taskrunner_clock: FakeClock) -> Queue:
     """A fresh in-memory queue on ``taskrunner_clock``; every dispatch onto it is recorded.
 
-    Pass it, with the clock, to `run_until_idle` to run what was dispatched.
+    Pass it to `run_until_idle` to run what was dispatched (it knows its clock).
     """
     # Imported by name: the core package does not depend on a backend statically.
     memory = importlib.import_module("taskrunner_backends.memory")
-    return cast(Queue, RecordingQueue(memory.InMemoryQueue(clock=taskrunner_clock)))
+    inner = memory.InMemoryQueue(clock=taskrunner_clock)
+    return cast(Queue, RecordingQueue(inner, clock=taskrunner_clock))
 
 
 @pytest.fixture

@@ -840,6 +840,13 @@ class PostgresQueue:
 
 
 async def _open_database(parsed: PostgresUrl) -> Database:
+    # One direct connection first: a refused or failing one is reported at once in one
+    # line, where the pool would retry (logging a warning each time) for pool_timeout.
+    refused = await probe_connection(parsed.conninfo, parsed.pool_timeout, parsed.secrets)
+    if refused is not None:
+        raise BackendUnavailableError(
+            f"cannot connect to PostgreSQL at {parsed.display}: {refused}"
+        )
     pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
         parsed.conninfo,
         min_size=parsed.pool_min,

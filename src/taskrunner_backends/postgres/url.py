@@ -10,12 +10,11 @@ never silently does nothing.
 from __future__ import annotations
 
 import math
-import re
 from typing import Literal, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from taskrunner.errors import ConfigurationError
-from taskrunner.redaction import mask_url, url_secrets
+from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
 from .schema import DEFAULT_SCHEMA, check_schema_name
 
@@ -86,24 +85,8 @@ class PostgresUrl(NamedTuple):
     secrets: tuple[str, ...]
 
 
-# libpq reads passwords from the query too; they are masked like the one before the "@".
-_QUERY_SECRET = re.compile(r"([?&](?:password|sslpassword)=)([^&#]*)")
-
-
-def _display(url: str) -> str:
-    return _QUERY_SECRET.sub(r"\1***", mask_url(url))
-
-
-def _secrets(url: str) -> tuple[str, ...]:
-    found = list(url_secrets(url))
-    for match in _QUERY_SECRET.finditer(url):
-        raw = match.group(2)
-        found.extend(value for value in (raw, unquote(raw)) if value and value not in found)
-    return tuple(found)
-
-
 def _bad(url: str, problem: str) -> ConfigurationError:
-    return ConfigurationError(f"PostgreSQL URL {_display(url)}: {problem}", setting="url")
+    return ConfigurationError(f"PostgreSQL URL {mask_url(url)}: {problem}", setting="url")
 
 
 def _count(url: str, name: str, value: str, *, minimum: int) -> int:
@@ -146,7 +129,7 @@ def parse_url(url: str) -> PostgresUrl:
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise _bad(url, f"cannot be parsed ({exc})") from None
+        raise _bad(url, f"cannot be parsed ({mask_secrets(str(exc), url_secrets(url))})") from None
     if parts.scheme.lower() not in _SCHEMES:
         raise _bad(url, "the scheme must be postgresql:// or postgres://")
     ours: dict[str, str] = {}
@@ -194,6 +177,6 @@ def parse_url(url: str) -> PostgresUrl:
         pool_max=pool_max,
         pool_timeout=pool_timeout,
         migrate="auto" if migrate == "auto" else "never",
-        display=_display(url),
-        secrets=_secrets(url),
+        display=mask_url(url),
+        secrets=url_secrets(url),
     )

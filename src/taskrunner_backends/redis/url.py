@@ -14,7 +14,7 @@ import re
 from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 
 from taskrunner.errors import ConfigurationError
-from taskrunner.redaction import mask_url
+from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
 __all__ = ["QUEUE_OPTIONS", "REDIS_OPTIONS", "join_url", "split_url"]
 
@@ -142,14 +142,24 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     """Split `url` into a URL for redis-py and this backend's own options.
 
     Raises:
-        ConfigurationError: The scheme is not redis, rediss or unix, a password or
+        ConfigurationError: The URL cannot be split (an unbalanced ``[`` of an IPv6
+            host), the scheme is not redis, rediss or unix, a password or
             option holds an unencoded ``/``, ``?``, ``#`` or ``@`` that breaks the URL's
             structure, the port is no number, the path is not a database number (or
             repeats the ``db`` option), the query names an unknown option (the
             message lists the known ones), a TLS option on a URL without TLS, or a value
             of the wrong kind.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        # urllib may quote the host part, user information included.
+        problem = mask_secrets(str(exc), url_secrets(url))
+        raise ConfigurationError(
+            f"{mask_url(url)} cannot be parsed: {problem} (an IPv6 address is written in "
+            "brackets: redis://[::1]:6379/0)",
+            setting="url",
+        ) from None
     if parts.scheme not in _SCHEMES:
         raise ConfigurationError(
             f"unsupported scheme {parts.scheme!r} in {mask_url(url)}; "
