@@ -28,8 +28,8 @@ from taskrunner.queue import (
 )
 
 from ..scenario import ConformanceBase, Scenario, conformance
-from .results import refused_when_closed
-from .scheduling import add_requests
+from .result_calls import refused_when_closed
+from .scheduling_calls import add_requests
 
 __all__ = ["BrowseCases", "browse_all"]
 
