@@ -22,7 +22,8 @@ PART_PROPERTIES += (
         "X40",
         "delayed_add_edges",
         "a delayed add (delay_seconds or due_at) is not delivered before due - p and is "
-        "received after due + p, with count 1; due_at in the past and delay 0 are ready now",
+        "received after due + p, with count 1; due_at in the past and delay 0 are ready now; a "
+        "blocking receive waiting on an empty queue wakes when one falls due, not before",
         "capabilities.delayed_add + queue.scheduling",
     ),
     Property(
@@ -37,7 +38,7 @@ PART_PROPERTIES += (
         "unique_key_held",
         "a request with a held key adds nothing and returns the holder's id, while the holder "
         "is queued, delayed, in flight, released (with or without delay) or reclaimed, and "
-        "within one batch",
+        "within one batch; a refused request changes nothing, the key's expiry included",
         "capabilities.unique_add + queue.scheduling",
     ),
     Property(
@@ -56,7 +57,8 @@ PART_PROPERTIES += (
     Property(
         "X45",
         "unique_seconds_edges",
-        "a key with unique_seconds is held below unique_seconds - p and free above it + p",
+        "a key with unique_seconds is held below unique_seconds - p and free above it + p; "
+        "unique_seconds=0 is valid and frees the key at once",
         "capabilities.unique_add + queue.scheduling",
     ),
     Property(
@@ -71,7 +73,7 @@ PART_PROPERTIES += (
         "X47",
         "cancel_refuses",
         "cancelling an in-flight, acked, dead, unknown or cancelled message returns False and "
-        "changes nothing; the in-flight one is still acked",
+        "changes nothing; the in-flight one is still acked and its unique key stays held",
         "capabilities.cancel + queue.scheduling",
     ),
     Property(
@@ -108,16 +110,16 @@ PART_PROPERTIES += (
     Property(
         "X53",
         "leader_stale_token",
-        "renew and resign with a stale token or another holder's name return None/False and "
-        "change nothing",
+        "renew and resign with a stale token or another holder's name, or after a resign, "
+        "return None/False and change nothing",
         "capabilities.leadership + queue.leadership",
     ),
     Property(
         "X54",
         "fire_once",
         "an instant is fired at most once (also by two handles at once), only under the latest "
-        "token (a lapsed one nobody took still fires), adding a normal ready message; "
-        "fire_records returns the latest",
+        "token (a lapsed or resigned one nobody took still fires), adding a normal ready "
+        "message; fire_records returns the latest",
         "capabilities.leadership + queue.leadership",
     ),
     Property(
@@ -135,7 +137,7 @@ PART_PROPERTIES += (
         "X60",
         "result_ttl_edges",
         "a stored result is returned byte for byte (empty, every byte value, 1 MiB) below "
-        "ttl - p and gone above ttl + p",
+        "ttl - p and gone above ttl + p, also 1,000 expiring at once",
         "capabilities.results + queue.results",
     ),
     Property(
@@ -234,7 +236,9 @@ PART_PROPERTIES += (
         "browse_waiting_pages",
         "waiting messages are listed once each with their body and count, paged by 5, "
         "by 1 and in one page of the cap alike, in add order on a FIFO backend; leased "
-        "ones leave the listing and a released one comes back with its count",
+        "ones leave the listing and a released one comes back with its count, also one "
+        "released with a delay once due; a message that stays put while others move "
+        "between pages is listed exactly once",
         "capabilities.browse + queue.browse",
     ),
     Property(

@@ -8,7 +8,14 @@ from taskrunner.queue import AddRequest, Delivery
 
 from ..scenario import ConformanceBase, Scenario, conformance
 from .fencing import queue_state
-from .scheduling_calls import added_id, ids_of, receive_all, reclaim_all, take_freed_key
+from .scheduling_calls import (
+    added_id,
+    held_by,
+    ids_of,
+    receive_all,
+    reclaim_all,
+    take_freed_key,
+)
 
 __all__ = ["CancelCases"]
 
@@ -163,3 +170,39 @@ class CancelCases(ConformanceBase):
         assert await s.queue.ack([got[live]]) == [], "the in-flight message could not be acked"
         assert await s.queue.ack([got[lapsed]]) == []
         assert await s.queue.len() == 0
+
+    @conformance("X47")
+    async def test_refused_cancel_of_an_in_flight_message_keeps_its_unique_key_held(
+        self, s: Scenario
+    ) -> None:
+        """A keyed message in flight (and, with lapsing leases, one lapsed) is not cancelled.
+
+        Cancel returns False for both, through another handle, and each key still names
+        its holder afterwards (also after the lapsed one is reclaimed); only the acks
+        free the keys.
+        """
+        part = s.require_scheduling("cancel", "unique_add")
+        other = s.require_scheduling("cancel", queue=await s.open())
+        keys = ["in-flight"] + (["lapsed"] if s.requires_heartbeat else [])
+        holders = {
+            key: await added_id(part, AddRequest(body=key.encode(), unique_key=key)) for key in keys
+        }
+        got = {d.message_id: d for d in await s.receive_n(s.queue, s.consumer("a"), len(keys))}
+        if s.requires_heartbeat:
+            await s.lapse(s.queue, [got[holders["lapsed"]]])
+            assert await s.queue.heartbeat([got[holders["in-flight"]]]) == []
+
+        flags = await other.cancel([holders[key] for key in keys])
+
+        assert flags == [False] * len(keys), f"cancel of in-flight keyed messages returned {flags}"
+        for key, holder in holders.items():
+            await held_by(part, key, holder, f"after a refused cancel of its {key} message")
+        if s.requires_heartbeat:
+            lapsed = holders["lapsed"]
+            (again,) = await s.reclaim_ids(s.queue, s.consumer("b"), {lapsed})
+            got[lapsed] = again
+            await held_by(part, "lapsed", lapsed, "after its reclaim, the cancel refused")
+        assert await s.queue.ack(list(got.values())) == [], "a refused cancel cost a lease"
+        for key, holder in holders.items():
+            await take_freed_key(part, key, holder, "by the ack after a refused cancel")
+        s.boundary(len(keys))

@@ -8,11 +8,13 @@ the machine's clock on real time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
-from taskrunner.queue import AddRequest, Queue
+from taskrunner.queue import AddRequest, Delivery, Queue
 
-from ..edges import Edges, Mark, Spec, Subject, Wording, check_edges
+from ..edges import Edges, Mark, Spec, Subject, Wording, check_edges, conclusively, settle_task
 from ..scenario import ConformanceBase, Scenario, conformance
 from .scheduling_calls import add_requests, added_id, ids_of, receive_all, reclaim_all
 
@@ -122,6 +124,77 @@ class DelayedAddCases(ConformanceBase):
         await check_edges(s, edges, open_trial, specs)
 
     @conformance("X40")
+    async def test_blocking_receive_on_an_empty_queue_wakes_when_a_delayed_message_falls_due(
+        self, s: Scenario
+    ) -> None:
+        """A receive waiting ten leases returns a delayed add soon after it is due, not before.
+
+        Added before the receive started and while it was already waiting: the add must
+        neither end the wait early (with the message or with nothing) nor leave the
+        receive to its timeout, as a backend that computes its wake-up only when a wait
+        starts (or only from release delays) does.
+        """
+        s.require_capability("blocking_receive")
+        s.require_scheduling("delayed_add")
+        edges = Edges(s)
+        await edges.head_start()
+        delay = 0.3 * s.lease
+        before = edges.before(delay)
+        assert before is not None, "the precision leaves no room below the delay"
+        for when in ("before the receive started", "while the receive waited"):
+
+            async def attempt(when: str = when) -> float | None:
+                namespace = s.other_namespace()
+                adder, waiter = await s.open(namespace), await s.open(namespace)
+                part = s.require_scheduling("delayed_add", queue=adder)
+                request = AddRequest(body=b"falls due", delay_seconds=delay)
+
+                def wait_for_it() -> Coroutine[Any, Any, list[Delivery]]:
+                    return waiter.receive(
+                        s.consumer("waiting"),
+                        max_messages=1,
+                        wait_seconds=10 * s.lease,
+                        lease_seconds=s.lease,
+                    )
+
+                if when.startswith("before"):
+                    added, mark = await edges.timed(add_requests(part, [request]))
+                    task, _ = await edges.started(wait_for_it())
+                else:
+                    task, _ = await edges.started(wait_for_it())
+                    await s.advance(0.1 * s.lease)
+                    added, mark = await edges.timed(add_requests(part, [request]))
+                try:
+                    assert added[0].added, f"a delayed add added nothing: {added!r}"
+                    await edges.wait_until(mark.start + before)
+                    low = s.now() - mark.end
+                    returned = task.done()
+                    high = s.now() - mark.start
+                    if not edges.certainly_before(delay, high):
+                        return edges.before_miss(delay, low, high)
+                    assert not returned, (
+                        f"a receive waiting on an empty queue, with a message added {when} "
+                        f"with delay_seconds={delay:g}, {_outcome(task)} within {high:.4f}s "
+                        "of the add"
+                    )
+                    await edges.wait_until(mark.end + edges.after(delay))
+                    assert await edges.finished(task), (
+                        f"a blocking receive did not wake within {s.grace:g}s of the due time "
+                        f"of a message added {when} with delay_seconds={delay:g}"
+                    )
+                    got = task.result()
+                    assert ids_of(got) == [added[0].message_id], (
+                        f"the woken receive returned {ids_of(got)}, not [{added[0].message_id}]"
+                    )
+                    assert got[0].delivery_count == 1
+                    assert await waiter.ack(got) == []
+                    return edges.before_miss(delay, low, high)
+                finally:
+                    await settle_task(task, s.grace)
+
+            await conclusively(edges, f"a receive woken by a delayed add {when}", attempt)
+
+    @conformance("X40")
     async def test_due_delayed_message_is_delivered_like_any_other(self, s: Scenario) -> None:
         """Once due: count 1, its receipt heartbeats, a release redelivers it with count 2."""
         part = s.require_scheduling("delayed_add")
@@ -214,3 +287,12 @@ class DelayedAddCases(ConformanceBase):
         assert {d.message_id: d.body for d in got} == ids, "ids and bodies came back mixed up"
         assert all(d.delivery_count == 1 for d in got)
         assert await s.queue.ack(got) == []
+
+
+def _outcome(task: asyncio.Task[list[Delivery]]) -> str:
+    if task.cancelled():
+        return "was cancelled"
+    error = task.exception()
+    if error is not None:
+        return f"raised {error!r}"
+    return f"returned {ids_of(task.result())}"

@@ -12,11 +12,15 @@ from collections.abc import Sequence
 
 from taskrunner.queue import ResultStore, ResultWrite
 
-from ..edges import Edges, Mark, Spec, Subject, Wording, check_edges
+from ..edges import Edges, Mark, Spec, Subject, Wording, check_edges, conclusively
 from ..scenario import ConformanceBase, Scenario, conformance
 from .result_calls import check_stored, get_results, put_results, show_body
 
 __all__ = ["ResultTtlCases"]
+
+# Results written in one batch to expire at one instant (X60): more than a backend that
+# sweeps expired entries in bounded steps clears in one call.
+_MANY = 1000
 
 # Bodies of every shape a task's encoded result may take.
 _SHAPES: dict[str, bytes] = {
@@ -166,6 +170,57 @@ class ResultTtlCases(ConformanceBase):
             assert type(waited) is bytes, f"wait_result of {label} returned {waited!r}"
             assert waited == body, f"wait_result of {label} returned {show_body(waited)}"
         s.boundary(len(_SHAPES))
+
+    @conformance("X60")
+    async def test_many_results_expiring_at_the_same_time_are_all_gone_after_their_ttl(
+        self, s: Scenario
+    ) -> None:
+        """1,000 results of one TTL in one batch: all returned at half the TTL, none after it + p.
+
+        Read through another handle, twice after the TTL; a result with a long TTL from
+        the same batch is still returned. A backend that drops expired results only in
+        bounded sweeps, and answers whatever a sweep has not reached yet, fails.
+        """
+        writer = s.require_results()
+        reader = s.require_results(await s.open())
+        edges = Edges(s)
+        await edges.head_start()
+        ttl = 0.5 * s.lease
+        tries = 0
+
+        async def attempt() -> float | None:
+            nonlocal tries
+            tries += 1
+            ids = [f"many-{tries}-{i}" for i in range(_MANY)]
+            kept = f"kept-{tries}"
+            writes = [ResultWrite(message_id=i, body=i.encode(), ttl_seconds=ttl) for i in ids]
+            writes.append(ResultWrite(message_id=kept, body=b"kept", ttl_seconds=100 * s.lease))
+            _, mark = await edges.timed(put_results(writer, writes))
+            await edges.wait_until(mark.start + ttl / 2)
+            got = await get_results(reader, ids)
+            high = s.now() - mark.start
+            if not edges.certainly_before(ttl, high):
+                return high - (ttl - s.precision)
+            missing = [i for i, body in zip(ids, got, strict=True) if body != i.encode()]
+            assert not missing, (
+                f"{len(missing)} of {_MANY} results written together were not returned "
+                f"{high:.4f}s into their TTL of {ttl:g}s, e.g. {missing[:3]}"
+            )
+            await edges.wait_until(mark.end + edges.after(ttl))
+            for read in ("first", "second"):
+                got = await get_results(reader, [*ids, kept])
+                left = [i for i, body in zip(ids, got, strict=False) if body is not None]
+                assert not left, (
+                    f"{len(left)} of {_MANY} results written together with a TTL of {ttl:g}s "
+                    f"were still returned by the {read} read {edges.after(ttl):g}s after "
+                    f"their write, e.g. {left[:3]}"
+                )
+                assert got[-1] == b"kept", (
+                    f"a result with a long TTL answered {show_body(got[-1])} by the {read} read"
+                )
+            return None
+
+        await conclusively(edges, f"{_MANY} results expiring at once", attempt)
 
     @conformance("X60")
     async def test_expired_result_is_gone_for_every_reader(self, s: Scenario) -> None:

@@ -7,7 +7,7 @@ held below ``unique_seconds - p`` and free above ``unique_seconds + p``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from taskrunner.queue import Added, AddRequest, Scheduling
 
@@ -21,11 +21,22 @@ __all__ = ["UniqueKeyCases"]
 _RACERS = 50
 
 
+# The unique_seconds a refused request carries (X42), by the trial's ``how``, from the
+# holder's own: each would move the holder's expiry, were a refusal to change it.
+_REFUSED_SECONDS: dict[str, Callable[[float], float | None]] = {
+    "refused carrying None": lambda edge: None,
+    "refused carrying 100 times them": lambda edge: 100 * edge,
+    "refused carrying a hundredth of them": lambda edge: edge / 100,
+}
+
+
 class _UniqueTrial:
     """Keys added with ``unique_seconds=edge``; probed by a request with the same key.
 
-    A probe that finds the key free adds a message holding it for good, so each key
-    is freed at most once.
+    With a ``how`` of `_REFUSED_SECONDS`, ``lead`` after the add a request with the key
+    and other unique_seconds is refused; the edge stays the holder's own. A probe that
+    finds the key free adds a message holding it for good, so each key is freed at
+    most once.
     """
 
     wording = Wording("was freed", "was still held", "time since its add")
@@ -41,7 +52,16 @@ class _UniqueTrial:
         request = AddRequest(body=key.encode(), unique_key=key, unique_seconds=spec.edge)
         added, mark = await self.edges.timed(add_requests(self.part, [request]))
         assert added[0].added, f"a request with a fresh key added nothing: {added!r}"
-        self.holders[key] = added[0].message_id
+        holder = self.holders[key] = added[0].message_id
+        if spec.how:
+            await self.edges.wait_until(mark.end + spec.lead)
+            other = _REFUSED_SECONDS[spec.how](spec.edge)
+            refused = AddRequest(body=b"refused", unique_key=key, unique_seconds=other)
+            (result,) = await add_requests(self.part, [refused])
+            assert result == Added(message_id=holder, added=False), (
+                f"{spec.label}: the request with unique_seconds={other!r} {spec.lead:g}s after "
+                f"the add returned {result!r}, not the holder {holder}"
+            )
         return Subject(key, spec, mark)
 
     async def probe(self, pending: Sequence[Subject]) -> set[str]:
@@ -143,6 +163,30 @@ class UniqueKeyCases(ConformanceBase):
         (there,) = await add_requests(elsewhere, [AddRequest(body=b"there", unique_key="k")])
         assert there.added, "a key held in one queue was held in another queue too"
         assert await s.queue.ack(got) == []
+
+    @conformance("X42")
+    async def test_refused_unique_request_changes_nothing_not_even_the_holder_s_key_expiry(
+        self, s: Scenario
+    ) -> None:
+        """Refused a fifth into the holder's unique_seconds, carrying None, 100x or 1/100 of them.
+
+        The key stays held below the holder's own unique_seconds - p and is free above
+        them + p: a refusal that restarts the expiry with the request's unique_seconds
+        (a "refresh" on refusal) frees it early or holds it late.
+        """
+        s.require_scheduling("unique_add")
+        edges = Edges(s)
+        limit = 0.6 * s.lease
+        specs = [
+            Spec(limit, f"a key with unique_seconds={limit:g} {how}", how, 0.2 * limit)
+            for how in _REFUSED_SECONDS
+        ]
+
+        async def open_trial() -> _UniqueTrial:
+            queue = await s.open(s.other_namespace())
+            return _UniqueTrial(s, edges, s.require_scheduling("unique_add", queue=queue))
+
+        await check_edges(s, edges, open_trial, specs)
 
     @conformance("X43")
     async def test_concurrent_requests_with_one_unique_key_add_exactly_one_message(
@@ -274,9 +318,10 @@ class UniqueKeyCases(ConformanceBase):
 
     @conformance("X45")
     async def test_unique_key_is_freed_after_unique_seconds_never_before(self, s: Scenario) -> None:
-        """Keys with several unique_seconds, probed at each edge; None holds a key for good.
+        """Keys with several unique_seconds, probed at each edge; 0 frees it, None never does.
 
-        The holders are never received, so only time can free their keys.
+        The holders are never received, so only time can free their keys; a key with
+        unique_seconds=0 is free by ``p`` after its add.
         """
         s.require_scheduling("unique_add")
         edges = Edges(s)
@@ -285,6 +330,8 @@ class UniqueKeyCases(ConformanceBase):
             [0.3 * lease, lease, 2.7, 1.6 * lease] if edges.exact else [0.3 * lease, 0.7 * lease]
         )
         specs = [Spec(u, f"a unique key with unique_seconds={u:g}") for u in limits]
+        # Zero is valid: the key is freed at once (after p), the message stays queued.
+        specs.append(Spec(0.0, "a unique key with unique_seconds=0", before=False))
         forever: list[tuple[Scheduling, str]] = []
 
         async def open_trial() -> _UniqueTrial:
