@@ -311,31 +311,38 @@ class LeadershipCases(ConformanceBase):
     async def test_resigned_holder_can_no_longer_renew_or_resign(self, s: Scenario) -> None:
         """Resigned while live, and resigned after a lapse nobody took (which ends it too).
 
-        Each time the holder's renew with its token returns None, also after the ttl
-        would have run out, a second resign returns False, nobody is current, and
-        another holder then takes the election with a larger token.
+        For both the holder's renew with its token returns None, at once and a ttl
+        later, a second resign returns False, nobody is current, and another holder
+        then takes the election with a larger token.
         """
         part = s.require_leadership()
         other = s.require_leadership(await s.open())
         ttl = s.lease
-        for name, when in (("live", "while its lease lived"), ("lapsed", "after a lapse")):
-            lease = await _acquire(part, name, "a", ttl)
-            if name == "lapsed":
-                await s.advance(ttl + s.margin)
+        when = {"lapsed": "after a lapse", "live": "while its lease lived"}
+        leases = {"lapsed": await _acquire(part, "lapsed", "a", ttl)}
+        await s.advance(ttl + s.margin)
+        leases["live"] = await _acquire(part, "live", "a", ttl)
+        for name, lease in leases.items():
             resigned = await part.resign_leadership(name, "a", lease.token)
-            assert resigned is True, f"the holder's resign {when}, nobody took it, returned False"
-            renewed = await part.renew_leadership(name, "a", lease.token, ttl_seconds=ttl)
-            assert renewed is None, f"the holder renewed {renewed!r} after resigning {when}"
-            assert await _leader(other, name) is None, f"a lease resigned {when} is current"
-            await s.advance(ttl + s.margin)
-            renewed = await part.renew_leadership(name, "a", lease.token, ttl_seconds=ttl)
-            assert renewed is None, f"the holder renewed {renewed!r} a ttl after resigning {when}"
+            assert resigned is True, f"the holder's resign {when[name]} returned False"
+        for later in ("", " a ttl later"):
+            for name, lease in leases.items():
+                renewed = await part.renew_leadership(name, "a", lease.token, ttl_seconds=ttl)
+                assert renewed is None, (
+                    f"the holder renewed {renewed!r}{later} after resigning {when[name]}"
+                )
+                assert await _leader(other, name) is None, (
+                    f"a lease resigned {when[name]} is current{later}"
+                )
+            if not later:
+                await s.advance(ttl + s.margin)
+        for name, lease in leases.items():
             again = await part.resign_leadership(name, "a", lease.token)
-            assert again is False, f"a lease resigned {when} was resigned again"
+            assert again is False, f"a lease resigned {when[name]} was resigned again"
             taken = await _acquire(other, name, "b", ttl)
             assert taken.token > lease.token, (
-                f"the election resigned {when} was taken with token {taken.token}, not above "
-                f"{lease.token}"
+                f"the election resigned {when[name]} was taken with token {taken.token}, not "
+                f"above {lease.token}"
             )
         s.boundary(2)
 
