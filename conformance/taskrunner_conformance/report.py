@@ -45,7 +45,7 @@ __all__ = [
 
 Outcome = Literal["passed", "failed", "skipped"]
 
-SUITE_VERSION = "1.5"
+SUITE_VERSION = "1.6"
 
 
 @dataclass(slots=True)
