@@ -14,6 +14,7 @@ from taskrunner_backends.memory import InMemoryQueue
 
 from .broken_browse import BROKEN_BROWSE
 from .broken_data import BROKEN_DATA
+from .broken_edges import BROKEN_EDGES
 from .broken_fencing import BROKEN_FENCING
 from .broken_results import BROKEN_RESULTS
 from .broken_scheduling import BROKEN_SCHEDULING
@@ -222,6 +223,7 @@ BROKEN.update(BROKEN_TIMING)
 BROKEN.update(BROKEN_SCHEDULING)
 BROKEN.update(BROKEN_RESULTS)
 BROKEN.update(BROKEN_BROWSE)
+BROKEN.update(BROKEN_EDGES)
 
 heartbeat_does_not_extend = BROKEN["heartbeat_does_not_extend"][0]
 heartbeat_steals_back = BROKEN["heartbeat_steals_back"][0]

@@ -23,13 +23,14 @@ from taskrunner.queue import (
     AddRequest,
     BrowsedMessage,
     BrowseState,
+    Delivery,
     MessageBrowser,
     scheduling_of,
 )
 
 from ..scenario import ConformanceBase, Scenario, conformance
-from .results import refused_when_closed
-from .scheduling import add_requests
+from .result_calls import refused_when_closed
+from .scheduling_calls import add_requests
 
 __all__ = ["BrowseCases", "browse_all"]
 
@@ -50,12 +51,18 @@ async def browse_page(
 
 
 async def browse_all(
-    part: MessageBrowser, state: BrowseState, *, limit: int, most: int
+    part: MessageBrowser,
+    state: BrowseState,
+    *,
+    limit: int,
+    most: int,
+    between: Callable[[list[BrowsedMessage]], Awaitable[None]] | None = None,
 ) -> list[BrowsedMessage]:
     """The whole listing, paged `limit` at a time; fails past `most` messages.
 
     A page shorter than `limit` ends the listing; a page must start after the cursor
-    passed (its first message is not the previous page's last).
+    passed (its first message is not the previous page's last). `between`, if given,
+    is awaited with each full page before the next one is read (to move messages).
     """
     listed: list[BrowsedMessage] = []
     after: str | None = None
@@ -73,6 +80,8 @@ async def browse_all(
         if len(page) < limit:
             return listed
         after = page[-1].cursor
+        if between is not None:
+            await between(page)
 
 
 def _call(part: MessageBrowser, state: str, **options: Any) -> Callable[[], Awaitable[object]]:
@@ -103,6 +112,16 @@ def _check_waiting(m: BrowsedMessage, body: bytes, count: int, when: str) -> Non
     )
     assert m.consumer is None, (
         f"{when}, browse('waiting') listed {m.message_id!r} as held by {m.consumer!r}"
+    )
+
+
+def _stayed_once(listed: Sequence[BrowsedMessage], stayed: set[str], state: str, how: str) -> None:
+    """Every message of `stayed` was listed exactly once (the moved ones any number of times)."""
+    ids = _ids(listed)
+    wrong = {i: ids.count(i) for i in sorted(stayed) if ids.count(i) != 1}
+    assert not wrong, (
+        f"paged by 4 while others were {how} between pages, browse({state!r}) listed "
+        f"messages that stayed put this many times: {wrong}"
     )
 
 
@@ -162,6 +181,89 @@ class BrowseCases(ConformanceBase):
             count = 1 if m.message_id == held[0].message_id else 0
             _check_waiting(m, by_id[m.message_id], count, "after a receive and a release")
         s.boundary(1)
+
+    @conformance("X80")
+    async def test_message_that_stays_put_is_listed_once_across_pages_while_others_move(
+        self, s: Scenario
+    ) -> None:
+        """12 waiting, then the 12 in flight, paged by 4 (an exact multiple) while others move.
+
+        Waiting: after the first page as many messages are received as it listed (on a
+        FIFO backend those, the cursor's own included), after each later one one more.
+        In flight: after each full page its first and its last (the cursor's) message
+        are acked. Every message that never moved is listed exactly once: a backend
+        paging by position, or losing its place when the cursor's message leaves the
+        listing, misses some.
+        """
+        part = s.require_browse()
+        count, limit = 12, 4
+        ids = await s.add([f"put {i}".encode() for i in range(count)])
+        held: dict[str, Delivery] = {}
+        mover = s.consumer("mover")
+
+        async def receive_some(page: list[BrowsedMessage]) -> None:
+            got = await s.receive_n(s.queue, mover, 1 if held else len(page))
+            held.update((d.message_id, d) for d in got)
+
+        listed = await browse_all(part, "waiting", limit=limit, most=count, between=receive_some)
+        _stayed_once(listed, set(ids) - set(held), "waiting", "received")
+
+        rest = await s.receive_n(s.queue, s.consumer("holder"), count - len(held))
+        held.update((d.message_id, d) for d in rest)
+        acked: set[str] = set()
+
+        async def ack_ends(page: list[BrowsedMessage]) -> None:
+            ends = {page[0].message_id, page[-1].message_id} - acked
+            assert await s.queue.ack([held[i] for i in ends]) == [], "ack of a held message lost"
+            acked.update(ends)
+
+        listed = await browse_all(part, "in_flight", limit=limit, most=count, between=ack_ends)
+        _stayed_once(listed, set(ids) - acked, "in_flight", "acked")
+        assert await s.queue.ack([held[i] for i in set(ids) - acked]) == []
+        assert await s.queue.len() == 0
+
+    @conformance("X80")
+    async def test_waiting_listing_includes_messages_released_and_due(self, s: Scenario) -> None:
+        """Released with half a lease of delay (with ``delayed_add``, also added with one).
+
+        Listed once due, before any receive (or other call) could have moved them, with
+        counts 1 and 0; not listed while the delay runs. A receive then gets both.
+        """
+        part = s.require_browse()
+        ids = await s.add([b"released", b"held"])
+        got = {d.message_id: d for d in await s.receive_n(s.queue, s.consumer("a"), 2)}
+        released, held = got[ids[0]], got[ids[1]]
+        delay = 0.5 * s.lease
+        start = s.now()
+        assert await s.queue.release([released], delay_seconds=delay) == []
+        due = {released.message_id: (b"released", 1)}
+        scheduling = scheduling_of(s.queue) if s.capabilities.delayed_add else None
+        if scheduling is not None:
+            request = AddRequest(body=b"added", delay_seconds=delay)
+            (added,) = await add_requests(scheduling, [request])
+            due[added.message_id] = (b"added", 0)
+        early = await browse_all(part, "waiting", limit=2, most=len(due))
+        if s.now() - start < delay - s.precision:
+            assert not set(_ids(early)) & set(due), (
+                f"browse('waiting') listed {sorted(set(_ids(early)) & set(due))} while their "
+                f"delay of {delay:g}s ran"
+            )
+        await s.advance(delay + s.margin)
+        waiting = await browse_all(part, "waiting", limit=2, most=len(due))
+        _no_duplicates(waiting, "waiting")
+        assert sorted(_ids(waiting)) == sorted(due), (
+            f"{s.margin:g}s after their delay of {delay:g}s, browse('waiting') listed "
+            f"{sorted(_ids(waiting))}, not the due {sorted(due)}"
+        )
+        for m in waiting:
+            body, count = due[m.message_id]
+            _check_waiting(m, body, count, "once due")
+        s.boundary(len(due))
+        again = await s.receive_n(s.queue, s.consumer("b"), len(due))
+        assert sorted((d.message_id, d.delivery_count) for d in again) == sorted(
+            (i, count + 1) for i, (_, count) in due.items()
+        ), "the due messages were not received next, each with its count + 1"
+        assert await s.queue.ack([*again, held]) == []
 
     @conformance("X81")
     async def test_in_flight_messages_are_listed_with_their_holder_delivery_count_and_body(

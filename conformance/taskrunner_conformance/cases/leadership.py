@@ -307,6 +307,81 @@ class LeadershipCases(ConformanceBase):
         assert await other.current_leader("e") is None, "a resigned lease is still current"
         assert await other.resign_leadership("e", "b", current.token) is False, "resigned twice"
 
+    @conformance("X53")
+    async def test_resigned_holder_can_no_longer_renew_or_resign(self, s: Scenario) -> None:
+        """Resigned while live, and resigned after a lapse nobody took (which ends it too).
+
+        For both the holder's renew with its token returns None, at once and a ttl
+        later, a second resign returns False, nobody is current, and another holder
+        then takes the election with a larger token.
+        """
+        part = s.require_leadership()
+        other = s.require_leadership(await s.open())
+        ttl = s.lease
+        when = {"lapsed": "after a lapse", "live": "while its lease lived"}
+        leases = {"lapsed": await _acquire(part, "lapsed", "a", ttl)}
+        await s.advance(ttl + s.margin)
+        leases["live"] = await _acquire(part, "live", "a", ttl)
+        for name, lease in leases.items():
+            resigned = await part.resign_leadership(name, "a", lease.token)
+            assert resigned is True, f"the holder's resign {when[name]} returned False"
+        for later in ("", " a ttl later"):
+            for name, lease in leases.items():
+                renewed = await part.renew_leadership(name, "a", lease.token, ttl_seconds=ttl)
+                assert renewed is None, (
+                    f"the holder renewed {renewed!r}{later} after resigning {when[name]}"
+                )
+                assert await _leader(other, name) is None, (
+                    f"a lease resigned {when[name]} is current{later}"
+                )
+            if not later:
+                await s.advance(ttl + s.margin)
+        for name, lease in leases.items():
+            again = await part.resign_leadership(name, "a", lease.token)
+            assert again is False, f"a lease resigned {when[name]} was resigned again"
+            taken = await _acquire(other, name, "b", ttl)
+            assert taken.token > lease.token, (
+                f"the election resigned {when[name]} was taken with token {taken.token}, not "
+                f"above {lease.token}"
+            )
+        s.boundary(2)
+
+    @conformance("X54")
+    async def test_fire_with_the_latest_token_is_accepted_after_a_resign_until_somebody_takes_it(
+        self, s: Scenario
+    ) -> None:
+        """The resigned leader's token still fires (nobody took it), and stops once somebody does.
+
+        The instant fired after the resign is recorded; the new holder's token fires the
+        next instant, the old one no longer does.
+        """
+        part = s.require_leadership()
+        other = s.require_leadership(await s.open())
+        ttl = s.lease
+        token = (await _acquire(part, "e", "a", ttl)).token
+        assert await part.resign_leadership("e", "a", token) is True, "resign"
+
+        async def fire(instant: float, with_token: int, by: Leadership = part) -> str | None:
+            return await by.fire(
+                election="e", token=with_token, schedule="s", instant=instant, body=b"resigned"
+            )
+
+        fired = await fire(INSTANT, token)
+        assert isinstance(fired, str), (
+            f"fire with the latest token after a resign, nobody having taken the lease since, "
+            f"returned {fired!r}"
+        )
+        records = await other.fire_records(["s"])
+        assert records == {"s": FireRecord(schedule="s", instant=INSTANT, message_id=fired)}, (
+            f"fire_records after a fire following a resign: {records}"
+        )
+        taken = (await _acquire(other, "e", "b", ttl)).token
+        assert await fire(INSTANT + 60, token) is None, "the resigned token fired after a takeover"
+        later = await fire(INSTANT + 60, taken, by=other)
+        assert isinstance(later, str), "the new holder's token did not fire the next instant"
+        assert await s.queue.len() == 2, "fires after a resign added the wrong number of messages"
+        s.boundary(2)
+
     @conformance("X54")
     async def test_schedule_s_instant_is_fired_at_most_once_and_only_under_the_current_token(
         self, s: Scenario

@@ -30,8 +30,8 @@ from taskrunner.queue import (
 
 from ..edges import Edges, Mark, Spec, Subject, Wording, check_edges
 from ..scenario import ConformanceBase, Scenario, conformance
-from .results import closed_result_calls, refused_when_closed
-from .scheduling import add_requests
+from .result_calls import closed_result_calls, refused_when_closed
+from .scheduling_calls import add_requests
 
 __all__ = ["LookupCases", "lookup"]
 
