@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -83,7 +82,22 @@ from taskrunner.queue import (
     check_names_limit,
 )
 
-from .checks import check_count, check_deliveries, encode_reason
+from .checks import (
+    check_bodies,
+    check_body,
+    check_count,
+    check_deliveries,
+    check_ids,
+    check_instant,
+    check_names,
+    check_requests,
+    check_result_writes,
+    check_seconds,
+    check_text,
+    check_token,
+    check_worker,
+    encode_reason,
+)
 
 __all__ = ["InMemoryQueue", "open_from_url"]
 
@@ -111,6 +125,9 @@ _SWEEP_PER_CALL = 256
 # The expiry heap is rebuilt from the live entries once it holds more than twice as
 # many entries as there are results plus this slack (stale entries of overwrites).
 _HEAP_SLACK = 1024
+# Fencing tokens are Python ints here; the bound is PostgreSQL's bigint, so a token
+# another backend could not hold is refused here too.
+_TOKEN_BITS = 63
 
 
 @dataclass(slots=True)
@@ -285,9 +302,7 @@ class InMemoryQueue:
     async def add(self, bodies: Sequence[bytes]) -> list[str]:
         """Enqueue bodies; ids are increasing decimal strings."""
         self._check_open()
-        for body in bodies:
-            if not isinstance(body, bytes):
-                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        bodies = check_bodies(bodies)
         store = self._store
         now = store.clock.monotonic()
         ids = []
@@ -305,8 +320,8 @@ class InMemoryQueue:
     ) -> list[Delivery]:
         """Lease up to `max_messages` ready messages, waiting up to `wait_seconds`."""
         check_count("max_messages", max_messages)
-        _check_seconds("wait_seconds", wait_seconds)
-        _check_seconds("lease_seconds", lease_seconds, positive=True)
+        check_seconds("wait_seconds", wait_seconds)
+        check_seconds("lease_seconds", lease_seconds, positive=True)
         self._check_open()
         store = self._store
         deadline = store.clock.monotonic() + wait_seconds
@@ -356,7 +371,7 @@ class InMemoryQueue:
         self, deliveries: Sequence[Delivery], *, delay_seconds: float = 0.0
     ) -> list[Delivery]:
         """Make owned deliveries ready again after `delay_seconds`; report the rest."""
-        _check_seconds("delay_seconds", delay_seconds)
+        check_seconds("delay_seconds", delay_seconds)
         self._check_open()
         check_deliveries(deliveries)
         store = self._store
@@ -382,7 +397,7 @@ class InMemoryQueue:
         self, consumer: str, *, lease_seconds: float, max_messages: int
     ) -> list[Delivery]:
         """Lease to `consumer` in-flight messages idle for longer than their own lease."""
-        _check_seconds("lease_seconds", lease_seconds, positive=True)
+        check_seconds("lease_seconds", lease_seconds, positive=True)
         check_count("max_messages", max_messages)
         self._check_open()
         store = self._store
@@ -529,6 +544,7 @@ class InMemoryQueue:
 
     async def publish_worker(self, info: WorkerInfo, *, ttl_seconds: float) -> None:
         """Create or refresh the entry of `info.instance` for `ttl_seconds`."""
+        ttl_seconds = check_worker(info, ttl_seconds)
         self._check_open()
         store = self._store
         store.workers[info.instance] = (info, store.clock.monotonic() + ttl_seconds)
@@ -551,7 +567,7 @@ class InMemoryQueue:
 
     async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
         """Forget consumers idle for `idle_seconds` that hold no message."""
-        _check_seconds("idle_seconds", idle_seconds)
+        check_seconds("idle_seconds", idle_seconds)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -586,8 +602,7 @@ class InMemoryQueue:
     async def add_requests(self, requests: Sequence[AddRequest]) -> list[Added]:
         """Add each request with its delay and unique key, in order, atomically per request."""
         self._check_open()
-        for request in requests:
-            _check_request(request)
+        requests = check_requests(requests)
         store = self._store
         now = store.clock.monotonic()
         wall = store.clock.time()
@@ -619,13 +634,7 @@ class InMemoryQueue:
 
     async def cancel(self, message_ids: Sequence[str]) -> list[bool]:
         """Remove ready or delayed messages; in-flight and unknown ones are left alone."""
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        # Iterated twice (check, then cancel): a one-shot iterable must not cancel nothing.
-        message_ids = list(message_ids)
-        for message_id in message_ids:
-            if not isinstance(message_id, str):
-                raise TypeError(f"a message id must be a str, not {type(message_id).__name__}")
+        message_ids = check_ids(message_ids)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -651,9 +660,9 @@ class InMemoryQueue:
         self, name: str, holder: str, *, ttl_seconds: float
     ) -> LeaderLease | None:
         """Take or renew the lease of `name` for `holder`; None when another holds it."""
-        _check_name("name", name)
-        _check_name("holder", holder)
-        _check_seconds("ttl_seconds", ttl_seconds, positive=True)
+        check_text("name", name)
+        check_text("holder", holder)
+        check_seconds("ttl_seconds", ttl_seconds, positive=True)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -673,10 +682,10 @@ class InMemoryQueue:
         self, name: str, holder: str, token: int, *, ttl_seconds: float
     ) -> LeaderLease | None:
         """Extend the lease if `holder` still holds it under `token`, lapsed or not."""
-        _check_name("name", name)
-        _check_name("holder", holder)
-        _check_token(token)
-        _check_seconds("ttl_seconds", ttl_seconds, positive=True)
+        check_text("name", name)
+        check_text("holder", holder)
+        check_token(token, bits=_TOKEN_BITS)
+        check_seconds("ttl_seconds", ttl_seconds, positive=True)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -688,9 +697,9 @@ class InMemoryQueue:
 
     async def resign_leadership(self, name: str, holder: str, token: int) -> bool:
         """End the lease now if `holder` holds it under `token`."""
-        _check_name("name", name)
-        _check_name("holder", holder)
-        _check_token(token)
+        check_text("name", name)
+        check_text("holder", holder)
+        check_token(token, bits=_TOKEN_BITS)
         self._check_open()
         election = self._store.elections.get(name)
         if election is None or election.holder != holder or election.token != token:
@@ -700,7 +709,7 @@ class InMemoryQueue:
 
     async def current_leader(self, name: str) -> LeaderLease | None:
         """The live lease of `name`, if any."""
-        _check_name("name", name)
+        check_text("name", name)
         self._check_open()
         now = self._store.clock.monotonic()
         election = self._store.elections.get(name)
@@ -712,15 +721,11 @@ class InMemoryQueue:
         self, *, election: str, token: int, schedule: str, instant: float, body: bytes
     ) -> str | None:
         """Add `body` and record `instant` fired, under the latest token, once per instant."""
-        _check_name("election", election)
-        _check_name("schedule", schedule)
-        _check_token(token)
-        if isinstance(instant, bool) or not isinstance(instant, int | float):
-            raise TypeError(f"instant must be a number, not {type(instant).__name__}")
-        if not math.isfinite(instant):
-            raise ValueError(f"instant must be finite, got {instant}")
-        if not isinstance(body, bytes):
-            raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        check_text("election", election)
+        check_text("schedule", schedule)
+        check_token(token, bits=_TOKEN_BITS)
+        instant = check_instant("instant", instant)
+        check_body(body)
         self._check_open()
         store = self._store
         last = store.fired.get(schedule)
@@ -734,8 +739,7 @@ class InMemoryQueue:
 
     async def fire_records(self, schedules: Sequence[str]) -> dict[str, FireRecord]:
         """The latest fire record of each named schedule that has one."""
-        if isinstance(schedules, str):
-            raise TypeError("schedules must be a sequence of names, not a single string")
+        schedules = check_names("schedules", schedules, item="schedule")
         self._check_open()
         fired = self._store.fired
         return {name: fired[name] for name in schedules if name in fired}
@@ -756,12 +760,7 @@ class InMemoryQueue:
             ValueError: A TTL is <= 0 or not finite, or an id is empty or holds a lone
                 surrogate.
         """
-        if isinstance(results, ResultWrite):
-            raise TypeError("results must be a sequence of ResultWrite, not a single one")
-        # Iterated twice (check, then store): a one-shot iterable must not store nothing.
-        results = list(results)
-        for write in results:
-            _check_result_write(write)
+        results = check_result_writes(results)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -781,7 +780,7 @@ class InMemoryQueue:
         Raises:
             TypeError: `message_ids` is a single string, or an id is not a `str`.
         """
-        message_ids = _check_ids(message_ids)
+        message_ids = check_ids(message_ids)
         self._check_open()
         now = self._store.clock.monotonic()
         self._sweep_results(now, 0)
@@ -800,8 +799,8 @@ class InMemoryQueue:
             ValueError: `timeout_seconds` < 0 or not finite, or `message_id` empty.
             QueueClosedError: This handle is closed, also while the call waits.
         """
-        _check_name("message_id", message_id)
-        _check_seconds("timeout_seconds", timeout_seconds)
+        check_text("message_id", message_id)
+        check_seconds("timeout_seconds", timeout_seconds)
         self._check_open()
         store = self._store
         deadline = store.clock.monotonic() + timeout_seconds
@@ -838,7 +837,7 @@ class InMemoryQueue:
         Raises:
             TypeError: `message_ids` is a single string, or an id is not a `str`.
         """
-        message_ids = _check_ids(message_ids)
+        message_ids = check_ids(message_ids)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -853,7 +852,7 @@ class InMemoryQueue:
     # -- MessageLookup -----------------------------------------------------------------
 
     def _lookup_states(self, message_ids: Sequence[str]) -> list[MessageState | None]:
-        message_ids = _check_ids(message_ids)
+        message_ids = check_ids(message_ids)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
@@ -1187,60 +1186,6 @@ def _state_of(message: _Message, now: float, wall: float) -> MessageState:
     )
 
 
-def _check_ids(message_ids: Sequence[str]) -> list[str]:
-    # A list, so a one-shot iterable is checked and then used whole.
-    if isinstance(message_ids, str | bytes):
-        raise TypeError("message_ids must be a sequence of ids, not a single string")
-    ids = list(message_ids)
-    for message_id in ids:
-        if not isinstance(message_id, str):
-            raise TypeError(f"a message id must be a str, not {type(message_id).__name__}")
-    return ids
-
-
-def _check_result_write(write: ResultWrite) -> None:
-    if not isinstance(write, ResultWrite):
-        raise TypeError(f"expected a ResultWrite, got {type(write).__name__}")
-    _check_name("message_id", write.message_id)
-    if not isinstance(write.body, bytes):
-        raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
-    _check_seconds("ttl_seconds", write.ttl_seconds, positive=True)
-
-
-def _check_request(request: AddRequest) -> None:
-    if not isinstance(request, AddRequest):
-        raise TypeError(f"expected an AddRequest, got {type(request).__name__}")
-    if not isinstance(request.body, bytes):
-        raise TypeError(f"message body must be bytes, not {type(request.body).__name__}")
-    _check_seconds("delay_seconds", request.delay_seconds)
-    if request.due_at is not None:
-        due_at = request.due_at
-        if isinstance(due_at, bool) or not isinstance(due_at, int | float):
-            raise TypeError(f"due_at must be Unix seconds, not {type(due_at).__name__}")
-        if not math.isfinite(due_at):
-            raise ValueError(f"due_at must be finite, got {due_at}")
-    if request.unique_key is not None:
-        _check_name("unique_key", request.unique_key)
-    if request.unique_seconds is not None:
-        _check_seconds("unique_seconds", request.unique_seconds)
-
-
-def _check_name(setting: str, value: str) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{setting} must be a str, not {type(value).__name__}")
-    if not value:
-        raise ValueError(f"{setting} must not be empty")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{setting} holds a lone surrogate at position {exc.start}") from None
-
-
-def _check_token(token: int) -> None:
-    if isinstance(token, bool) or not isinstance(token, int):
-        raise TypeError(f"token must be an int, not {type(token).__name__}")
-
-
 def _lease(name: str, election: _Election, now: float) -> LeaderLease:
     return LeaderLease(
         name=name,
@@ -1248,14 +1193,6 @@ def _lease(name: str, election: _Election, now: float) -> LeaderLease:
         token=election.token,
         remaining_seconds=max(0.0, election.expiry - now),
     )
-
-
-def _check_seconds(name: str, value: float, *, positive: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
 
 
 # Stores opened by URL, so a producer and a worker in one process share a queue.
