@@ -46,6 +46,6 @@ from __future__ import annotations
 from .browse import _browsed as _browsed
 from .queue import InMemoryQueue
 from .store import _Message as _Message
-from .url import open_from_url
+from .url import open_from_url, open_private
 
-__all__ = ["InMemoryQueue", "open_from_url"]
+__all__ = ["InMemoryQueue", "open_from_url", "open_private"]

@@ -1,4 +1,8 @@
-"""``memory://`` URLs: `open_from_url`, the engine's entry point for the memory backend."""
+"""Opening a memory queue: by ``memory://`` URL, or on a store of its own.
+
+`open_from_url` is the engine's entry point; `open_private` is what the testing kit
+runs on (through `taskrunner.backends.private_memory_queue`).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from taskrunner.errors import ConfigurationError
 from .queue import InMemoryQueue
 from .store import _NAMED_STORES
 
-__all__ = ["open_from_url"]
+__all__ = ["open_from_url", "open_private"]
 
 _URL_OPTIONS = ("requires_heartbeat",)
 
@@ -41,6 +45,16 @@ async def open_from_url(url: str, *, queue_name: str, clock: Clock | None = None
     handle = InMemoryQueue._on_store(store)
     handle._url_prefix = f"{parts.netloc}{parts.path}/"
     return handle
+
+
+def open_private(*, clock: Clock | None = None) -> InMemoryQueue:
+    """A queue on a new store of its own, registered under no name.
+
+    Unlike ``memory://NAME``, whose store lives as long as the process, it is shared
+    with nobody and freed with its last handle: one per test. `taskrunner.backends`
+    finds it beside `open_from_url` (`taskrunner.backends.private_memory_queue`).
+    """
+    return InMemoryQueue(clock=clock)
 
 
 def _parse_bool(text: str) -> bool:
