@@ -253,6 +253,34 @@ async def test_a_terminal_failure_raises_task_failed_error_with_the_stored_error
     assert "no such account" in status.last_error
 
 
+async def test_terminal_failures_results_are_stored_in_batches_like_successes() -> None:
+    """Failed attempts' results go through the acker: many failing at once share a put.
+
+    Written by the executor one put_results each (as before), 20 failures cost 20
+    calls of one result.
+    """
+    clock = FakeClock(autojump=True)
+    app, queue = _setup(clock)
+
+    @app.task(store_result=True, max_retries=0)
+    async def broken(n: int) -> int:
+        raise ValueError(f"bad input {n}")
+
+    producer = Producer(queue, app, clock=clock)
+    ids = await producer.dispatch_many(broken, list(range(20)))
+    await run_until_idle(
+        app, queue, clock=clock, fail_fast=False, config=config(num_workers=20, batch_size=20)
+    )
+
+    puts = [n for call, n in queue.calls if call == "put_results"]
+    assert sum(puts) == 20
+    assert len(puts) < 20
+    for n, message_id in enumerate(ids):
+        with pytest.raises(TaskFailedError, match=f"bad input {n}$"):
+            await producer.result(message_id, timeout=0)
+    assert len(queue.dead_letters()) == 20
+
+
 async def test_a_failure_taken_by_the_handler_reads_failed() -> None:
     clock = FakeClock(autojump=True)
     app, queue = _setup(clock)

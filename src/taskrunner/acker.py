@@ -10,9 +10,11 @@ alive, and the fenced ack reports any lease lost in between.
 Results (issue 12): an ack may carry the task's result. The batch's results are
 written with one `ResultStore.put_results` call before the batch's `Queue.ack`, so an
 acked message always has its result, at the cost of one round trip per batch that
-carries any. A failed write is retried with the acks (a rewrite replaces the same
-keys); a write whose ack then reports the lease lost stays, to be overwritten when
-the new owner finishes.
+carries any. A terminal failure's result, written before its message is dead-lettered
+or handed to the failed-task handler, takes the same road without an ack (`write`):
+batched with the others, retried the same way. A failed write is retried with the
+acks (a rewrite replaces the same keys); a write whose ack then reports the lease
+lost stays, to be overwritten when the new owner finishes.
 
 A failed send may still have been applied (the connection broke after the backend
 acted, before the reply arrived). The retry of such an ack then finds the lease gone;
@@ -46,7 +48,8 @@ _DONE = Verdict.DONE
 
 @dataclass(slots=True)
 class _Ack:
-    delivery: Delivery
+    # None: a result written on its own (`Acker.write`), with no ack.
+    delivery: Delivery | None
     future: asyncio.Future[Verdict]
     result: ResultWrite | None
     # An earlier send failed, and the backend may have applied it.
@@ -100,6 +103,24 @@ class Acker:
         self._wake.set()
         return future
 
+    def write(self, result: ResultWrite) -> Awaitable[Verdict]:
+        """Queue `result` alone, to be written with the next batch; await its DONE.
+
+        For a result whose message is not acked (a terminal failure, written before the
+        dead-letter or the failed-task handler); retried like the batch's acks while
+        the backend is unreachable.
+
+        Raises:
+            QueueClosedError: (when awaited) The queue was closed before the write.
+            ValueError: The acker has no result store (at once).
+        """
+        if self._results is None:
+            raise ValueError("this backend has no result store; the result cannot be written")
+        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Ack(None, future, result))
+        self._wake.set()
+        return future
+
     def close(self) -> None:
         """Finish: `run` returns once every queued ack has been sent."""
         self._closing.set()
@@ -120,7 +141,8 @@ class Acker:
                     writes = [item.result for item in batch if item.result is not None]
                     if writes and self._results is not None:
                         await self._results.put_results(writes)
-                    lost = await self._queue.ack([item.delivery for item in batch])
+                    acks = [item.delivery for item in batch if item.delivery is not None]
+                    lost = await self._queue.ack(acks) if acks else []
                 except QueueClosedError as exc:
                     _fail(batch, exc)
                     continue

@@ -11,7 +11,8 @@ in; a third-party package adds a scheme with an entry point in the
     async def open_from_url(url: str, *, queue_name: str, clock: Clock | None) -> Queue: ...
 
 Backends are imported only when a URL asks for them, so a user of ``memory://`` never
-imports redis-py.
+imports redis-py. This table is the one place the core names a backend module; the
+testing kit opens its private memory queues through it too (`private_memory_queue`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "known_schemes",
     "migrate",
     "open_queue",
+    "private_memory_queue",
     "schema_status",
 ]
 
@@ -249,6 +251,25 @@ async def connect(url: str, queue_name: str, *, clock: Clock | None = None) -> Q
     check_queue_name(queue_name)
     factory = _factory(check_url(url))
     return await factory(url, queue_name=queue_name, clock=clock)
+
+
+def private_memory_queue(*, clock: Clock | None = None) -> Queue:
+    r"""A new in-process queue on a store of its own (the ``memory://`` backend's).
+
+    Not `connect`\ ``("memory://NAME")``: a named store is registered for the whole
+    process, while this one is shared with nobody and freed with its last handle, as
+    each test wants. Synchronous (the pytest fixtures are); the memory backend offers
+    it as ``open_private(*, clock)`` beside its ``open_from_url``.
+
+    Raises:
+        ConfigurationError: The memory backend cannot be imported or lacks the hook.
+    """
+    open_private = getattr(_backend_module("memory"), "open_private", None)
+    if not callable(open_private):
+        raise ConfigurationError(
+            "the memory backend has no open_private(*, clock) hook", setting="url"
+        )
+    return cast(Queue, open_private(clock=clock))
 
 
 @asynccontextmanager

@@ -400,8 +400,10 @@ class Executor:
         )
         write = ResultWrite(message_id=delivery.message_id, body=body, ttl_seconds=task.result_ttl)
         try:
-            await self._results.put_results([write])
-        except Exception as exc:  # unreachable backend, or a bug in it
+            # The acker's road, as a success's result: batched, retried while the
+            # backend is unreachable.
+            await self._acker.write(write)
+        except Exception as exc:  # a closed queue, or a bug in the backend
             # The message still reaches its final state; its status then reads "dead"
             # (with the reason) instead of "failed", and result() times out.
             log_delivery(

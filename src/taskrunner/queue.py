@@ -643,6 +643,10 @@ class Scheduling(Protocol):
         Returns:
             One flag per id, in order: True when this call removed the message, False
             when it was in flight, already completed, dead-lettered, cancelled or unknown.
+
+        Raises:
+            TypeError: `message_ids` is a single string, or an id is not a `str`
+                (``a message id must be a str, not int``); nothing is removed.
         """
         ...
 

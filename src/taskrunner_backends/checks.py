@@ -1,16 +1,47 @@
 """Argument checks every backend makes the same way, with the same messages.
 
-The contract (`taskrunner.queue.Queue`) says which bad arguments raise `TypeError` or
-`ValueError` before anything changes; these are the checks the built-in backends share.
+The contract (`taskrunner.queue.Queue` and its optional parts) says which bad arguments
+raise `TypeError` or `ValueError` before anything changes; these are the checks the
+built-in backends share, so one bad argument reads the same whichever backend refused
+it. What differs by storage stays a parameter: whether text may hold NUL (``nul``) and
+how large a fencing token fits (``bits``). Each check returns the value it accepted
+(a list for a batch, so a one-shot iterable is checked and then used whole).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
-from taskrunner.queue import Delivery
+from taskrunner.queue import AddRequest, Delivery, ResultWrite, WorkerInfo
 
-__all__ = ["check_count", "check_deliveries", "check_text", "encode_reason"]
+__all__ = [
+    "check_bodies",
+    "check_body",
+    "check_count",
+    "check_deliveries",
+    "check_ids",
+    "check_instant",
+    "check_names",
+    "check_request",
+    "check_requests",
+    "check_result_writes",
+    "check_seconds",
+    "check_text",
+    "check_token",
+    "check_worker",
+    "encode_reason",
+]
+
+
+_T = TypeVar("_T")
+
+
+def _batch(name: str, values: Iterable[_T], single: type | tuple[type, ...], what: str) -> list[_T]:
+    if isinstance(values, single):
+        raise TypeError(f"{name} must be a sequence of {what}, not a single one")
+    return list(values)
 
 
 def check_count(name: str, value: int) -> None:
@@ -21,11 +52,23 @@ def check_count(name: str, value: int) -> None:
         raise ValueError(f"{name} must be >= 1, got {value}")
 
 
-def check_deliveries(deliveries: Sequence[Delivery]) -> None:
-    """Refuse a batch holding anything but `Delivery` objects (checked whole, before use)."""
-    for delivery in deliveries:
-        if not isinstance(delivery, Delivery):
-            raise TypeError(f"expected a Delivery, got {type(delivery).__name__}")
+def check_seconds(name: str, value: float, *, positive: bool = False) -> float:
+    """`value` as a float if it is a finite number of seconds >= 0 (> 0 when `positive`)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
+    return float(value)
+
+
+def check_instant(name: str, value: float) -> float:
+    """`value` as a float if it is a finite number (Unix seconds; any sign)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return float(value)
 
 
 def check_text(name: str, value: str, *, nul: bool = True) -> str:
@@ -43,6 +86,105 @@ def check_text(name: str, value: str, *, nul: bool = True) -> str:
             f"{name} holds a lone surrogate at position {exc.start}: not storable text"
         ) from None
     return value
+
+
+def check_token(token: int, *, bits: int) -> int:
+    """`token` if it is an int (bools refused) from 0 to below ``2**bits``."""
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"token must be an int, not {type(token).__name__}")
+    if not 0 <= token < 2**bits:
+        raise ValueError(f"token must be >= 0 and < 2**{bits}, got {token}")
+    return token
+
+
+def check_body(body: bytes) -> bytes:
+    """`body` if it is `bytes` (a message body; never decoded)."""
+    if not isinstance(body, bytes):
+        raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+    return body
+
+
+def check_bodies(bodies: Sequence[bytes]) -> list[bytes]:
+    """The bodies of an add, as a list, if each one is `bytes` (checked whole, before use)."""
+    checked = _batch("bodies", bodies, bytes, "bytes")
+    for body in checked:
+        check_body(body)
+    return checked
+
+
+def check_ids(message_ids: Sequence[str], *, name: str = "message_ids") -> list[str]:
+    """The ids, as a list, if `message_ids` is a sequence of `str` (not one str).
+
+    Only the type is checked: an id in a format the backend never issues is its to
+    answer (unknown, False, None), not an error.
+    """
+    ids = _batch(name, message_ids, (str, bytes), "ids")
+    for message_id in ids:
+        if not isinstance(message_id, str):
+            raise TypeError(f"a message id must be a str, not {type(message_id).__name__}")
+    return ids
+
+
+def check_names(name: str, values: Sequence[str], *, item: str, nul: bool = True) -> list[str]:
+    """The names, as a list, if `values` is a sequence of names `check_text` accepts.
+
+    `name` is the argument (``schedules``), `item` what each one is (``schedule``).
+    """
+    names = _batch(name, values, (str, bytes), "names")
+    for value in names:
+        check_text(item, value, nul=nul)
+    return names
+
+
+def check_deliveries(deliveries: Sequence[Delivery]) -> None:
+    """Refuse a batch holding anything but `Delivery` objects (checked whole, before use)."""
+    for delivery in deliveries:
+        if not isinstance(delivery, Delivery):
+            raise TypeError(f"expected a Delivery, got {type(delivery).__name__}")
+
+
+def check_request(request: AddRequest, *, nul: bool = True) -> AddRequest:
+    """`request` if it is an `AddRequest` whose every field holds a usable value."""
+    if not isinstance(request, AddRequest):
+        raise TypeError(f"expected an AddRequest, got {type(request).__name__}")
+    check_body(request.body)
+    check_seconds("delay_seconds", request.delay_seconds)
+    if request.due_at is not None:
+        check_instant("due_at", request.due_at)
+    if request.unique_key is not None:
+        check_text("unique_key", request.unique_key, nul=nul)
+    if request.unique_seconds is not None:
+        check_seconds("unique_seconds", request.unique_seconds)
+    return request
+
+
+def check_requests(requests: Sequence[AddRequest], *, nul: bool = True) -> list[AddRequest]:
+    """The requests of `Scheduling.add_requests`, as a list, each one checked (whole, first)."""
+    checked = _batch("requests", requests, AddRequest, "AddRequest")
+    for request in checked:
+        check_request(request, nul=nul)
+    return checked
+
+
+def check_result_writes(results: Sequence[ResultWrite], *, nul: bool = True) -> list[ResultWrite]:
+    """The writes of `ResultStore.put_results`, as a list, each one checked (whole, first)."""
+    writes = _batch("results", results, ResultWrite, "ResultWrite")
+    for write in writes:
+        if not isinstance(write, ResultWrite):
+            raise TypeError(f"expected a ResultWrite, got {type(write).__name__}")
+        check_text("message_id", write.message_id, nul=nul)
+        if not isinstance(write.body, bytes):
+            raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
+        check_seconds("ttl_seconds", write.ttl_seconds, positive=True)
+    return writes
+
+
+def check_worker(info: WorkerInfo, ttl_seconds: float, *, nul: bool = True) -> float:
+    """The TTL of `WorkerRegistry.publish_worker`, if `info` and `ttl_seconds` are usable."""
+    if not isinstance(info, WorkerInfo):
+        raise TypeError(f"info must be a WorkerInfo, not {type(info).__name__}")
+    check_text("instance", info.instance, nul=nul)
+    return check_seconds("ttl_seconds", ttl_seconds, positive=True)
 
 
 def encode_reason(reason: str) -> bytes:

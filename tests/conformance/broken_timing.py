@@ -14,8 +14,8 @@ import msgspec
 
 from taskrunner.clock import wait_event
 from taskrunner.queue import Delivery, WorkerInfo
-from taskrunner_backends.checks import check_count
-from taskrunner_backends.memory import InMemoryQueue, _check_seconds
+from taskrunner_backends.checks import check_count, check_seconds as _check_seconds
+from taskrunner_backends.memory import InMemoryQueue
 
 from .harnesses import MemoryHarness, subclass_factory
 

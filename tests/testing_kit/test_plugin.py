@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from taskrunner import App, Producer
+from taskrunner.backends import open_queue, private_memory_queue
 from taskrunner.queue import Queue
 from taskrunner.testing import Dispatches, FakeClock, run_until_idle
 
@@ -84,3 +85,19 @@ async def test_what_was_dispatched_runs_with_run_until_idle(
         [refresh_report.name, send_welcome.name]
     )
     assert len(dispatched) == 3
+
+
+async def test_each_fixture_queue_is_a_store_of_its_own_shared_with_no_url(
+    taskrunner_queue: Queue, taskrunner_clock: FakeClock
+) -> None:
+    """The kit opens its queues through the backends table, on private stores.
+
+    A kit that opened ``memory://NAME`` would share the store with every later test
+    (and with the app's own ``memory://`` queues) for the rest of the process.
+    """
+    other = private_memory_queue(clock=taskrunner_clock)
+    await sign_up(taskrunner_queue, "ada@example.com")
+    async with open_queue("memory://", "default") as named:
+        assert await named.len() == 0
+    assert await other.len() == 0
+    assert await taskrunner_queue.len() == 2

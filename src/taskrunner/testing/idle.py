@@ -9,7 +9,6 @@ into the test's own exception.
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -18,6 +17,7 @@ import msgspec
 
 from taskrunner.app import App, Task
 from taskrunner.attempts import Attempt, Outcome
+from taskrunner.backends import private_memory_queue
 from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
 from taskrunner.errors import DecodeError
@@ -250,9 +250,7 @@ async def run_until_idle(
     if not clock.autojump:
         raise ValueError("run_until_idle needs a FakeClock(autojump=True)")
     if queue is None:
-        # Not connect("memory://NAME"): named stores live for the whole process.
-        memory = importlib.import_module("taskrunner_backends.memory")
-        queue = cast(Queue, memory.InMemoryQueue(clock=clock))
+        queue = private_memory_queue(clock=clock)
     record = RunRecord()
     recorder = _Recorder(clock, record, fail_fast=fail_fast)
     base = config if config is not None else RunnerConfig(**_DEFAULTS)

@@ -18,11 +18,11 @@ Example::
 
 from __future__ import annotations
 
-import importlib
 from typing import cast
 
 import pytest
 
+from taskrunner.backends import private_memory_queue
 from taskrunner.queue import Queue
 from taskrunner.testing.clock import FakeClock
 from taskrunner.testing.dispatches import Dispatches, RecordingQueue
@@ -42,10 +42,9 @@ def taskrunner_queue(taskrunner_clock: FakeClock) -> Queue:
 
     Pass it to `run_until_idle` to run what was dispatched (it knows its clock).
     """
-    # Imported by name: the core package does not depend on a backend statically.
-    memory = importlib.import_module("taskrunner_backends.memory")
-    inner = memory.InMemoryQueue(clock=taskrunner_clock)
-    return cast(Queue, RecordingQueue(inner, clock=taskrunner_clock))
+    return cast(
+        Queue, RecordingQueue(private_memory_queue(clock=taskrunner_clock), clock=taskrunner_clock)
+    )
 
 
 @pytest.fixture

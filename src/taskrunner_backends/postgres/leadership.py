@@ -11,11 +11,11 @@ as the protocol allows). ``fires`` keeps the last fired instant of each schedule
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from taskrunner.queue import FireRecord, LeaderLease
+from taskrunner_backends.checks import check_body, check_instant, check_names, check_token
 
 from .db import Database
 from .scheduling import check_seconds, check_text
@@ -24,7 +24,8 @@ from .schema import notify_channel
 __all__ = ["MAX_TOKEN", "PostgresLeadership"]
 
 #: Tokens live in a ``bigint``.
-MAX_TOKEN = 2**63 - 1
+_TOKEN_BITS = 63
+MAX_TOKEN = 2**_TOKEN_BITS - 1
 
 _REMAINING = "greatest(0, extract(epoch FROM (l.expires_at - clock_timestamp())))::float8"
 
@@ -205,12 +206,8 @@ class PostgresLeadership:
         check_text("election", election)
         check_text("schedule", schedule)
         _check_token(token)
-        if not isinstance(body, bytes):
-            raise TypeError(f"message body must be bytes, not {type(body).__name__}")
-        if isinstance(instant, bool) or not isinstance(instant, int | float):
-            raise TypeError(f"instant must be a number, not {type(instant).__name__}")
-        if not math.isfinite(instant):
-            raise ValueError(f"instant must be finite, got {instant}")
+        check_body(body)
+        instant = check_instant("instant", instant)
         params: dict[str, Any] = {
             "q": self._queue,
             "e": election,
@@ -235,11 +232,7 @@ class PostgresLeadership:
             ValueError: A name is empty or holds NUL.
         """
         self._check_open()
-        if isinstance(schedules, str):
-            raise TypeError("schedules must be a sequence of names, not a single string")
-        names = list(dict.fromkeys(schedules))
-        for name in names:
-            check_text("schedule", name)
+        names = list(dict.fromkeys(check_names("schedules", schedules, item="schedule", nul=False)))
         if not names:
             return {}
         rows = await self._db.fetch("fire records", self._records, (self._queue, names))
@@ -253,10 +246,7 @@ class PostgresLeadership:
 
 
 def _check_token(token: int) -> None:
-    if isinstance(token, bool) or not isinstance(token, int):
-        raise TypeError(f"token must be an int, not {type(token).__name__}")
-    if not 0 <= token <= MAX_TOKEN:
-        raise ValueError(f"token must be >= 0 and < 2**63, got {token}")
+    check_token(token, bits=_TOKEN_BITS)
 
 
 def _lease(name: str, rows: Sequence[tuple[Any, ...]]) -> LeaderLease | None:

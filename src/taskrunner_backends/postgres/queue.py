@@ -56,7 +56,14 @@ from taskrunner.queue import (
     WorkerInfo,
     WorkerRegistry,
 )
-from taskrunner_backends.checks import check_count, check_deliveries, encode_reason
+from taskrunner_backends.checks import (
+    check_bodies,
+    check_count,
+    check_deliveries,
+    check_ids,
+    check_worker,
+    encode_reason,
+)
 
 from .browse import PostgresBrowser, PostgresQueueNames
 from .db import Database, probe_connection
@@ -66,6 +73,7 @@ from .listener import Listener
 from .lookup import PostgresLookup
 from .results import PostgresResults
 from .scheduling import (
+    MAX_SECONDS,
     PostgresScheduling,
     check_seconds,
     check_text,
@@ -367,12 +375,8 @@ def _text_array(values: Sequence[str]) -> str:
 def _dead_ids(message_ids: Sequence[str] | None) -> tuple[bool, list[int]]:
     if message_ids is None:
         return True, []
-    if isinstance(message_ids, str):
-        raise TypeError("message_ids must be a sequence of ids, not one str")
     ids: list[int] = []
-    for value in message_ids:
-        if not isinstance(value, str):
-            raise TypeError(f"a dead-letter id must be a str, not {type(value).__name__}")
+    for value in check_ids(message_ids):
         row = parse_message_id(value)
         if row is not None:
             ids.append(row)
@@ -563,9 +567,7 @@ class PostgresQueue:
     async def add(self, bodies: Sequence[bytes]) -> list[str]:
         """Enqueue bodies in one statement; ids in order (see `Queue.add`)."""
         self._check_open()
-        for body in bodies:
-            if not isinstance(body, bytes):
-                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        bodies = check_bodies(bodies)
         if not bodies:
             return []
         added = await self._scheduling.add_requests([AddRequest(body=body) for body in bodies])
@@ -790,10 +792,7 @@ class PostgresQueue:
     async def publish_worker(self, info: WorkerInfo, *, ttl_seconds: float) -> None:
         """Create or refresh `info.instance`'s row, listed for `ttl_seconds` from now."""
         self._check_open()
-        if not isinstance(info, WorkerInfo):
-            raise TypeError(f"info must be a WorkerInfo, not {type(info).__name__}")
-        check_text("instance", info.instance)
-        ttl = check_seconds("ttl_seconds", ttl_seconds, positive=True)
+        ttl = min(MAX_SECONDS, check_worker(info, ttl_seconds, nul=False))
         await self._db.execute(
             "publish worker",
             self._db.sql(_PUBLISH_WORKER),

@@ -23,9 +23,10 @@ from typing import Any, Protocol
 from taskrunner.clock import Clock
 from taskrunner.errors import QueueClosedError
 from taskrunner.queue import ResultWrite
+from taskrunner_backends.checks import check_ids, check_result_writes, check_text
 
 from .db import Database
-from .scheduling import check_seconds, check_text, storable_text
+from .scheduling import MAX_SECONDS, check_seconds, storable_text
 from .schema import notify_channel
 
 __all__ = ["POLL_SECONDS", "PRUNE_LIMIT", "SAFETY_POLL_SECONDS", "PostgresResults", "ResultWatch"]
@@ -167,19 +168,10 @@ class PostgresResults:
                 during its commit.
         """
         self._ensure_open()
-        if isinstance(results, ResultWrite):
-            raise TypeError("results must be a sequence of ResultWrite, not a single one")
-        ids: list[str] = []
-        bodies: list[bytes] = []
-        ttls: list[float] = []
-        for write in results:
-            if not isinstance(write, ResultWrite):
-                raise TypeError(f"expected ResultWrite, got {type(write).__name__}")
-            ids.append(check_text("message_id", write.message_id))
-            if not isinstance(write.body, bytes):
-                raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
-            bodies.append(write.body)
-            ttls.append(check_seconds("ttl_seconds", write.ttl_seconds, positive=True))
+        writes = check_result_writes(results, nul=False)
+        ids = [write.message_id for write in writes]
+        bodies = [write.body for write in writes]
+        ttls = [min(MAX_SECONDS, float(write.ttl_seconds)) for write in writes]
         if not ids:
             return
         await self._db.fetch(
@@ -233,10 +225,8 @@ class PostgresResults:
             BackendUnavailableError: The server could not be reached to look.
         """
         self._ensure_open()
-        if not isinstance(message_id, str):
-            raise TypeError(f"message_id must be a str, not {type(message_id).__name__}")
-        if not message_id:
-            raise ValueError("message_id must be a non-empty string")
+        # NUL is allowed: no result is stored under such an id, so it waits out its timeout.
+        check_text("message_id", message_id)
         timeout = check_seconds("timeout_seconds", timeout_seconds, positive=False)
         deadline = self._clock.monotonic() + timeout
         storable = storable_text(message_id)
@@ -298,11 +288,4 @@ class PostgresResults:
 
 def _read_ids(message_ids: Sequence[str]) -> list[str | None]:
     """`message_ids` with None for each id no result can be stored under."""
-    if isinstance(message_ids, str):
-        raise TypeError("message_ids must be a sequence of ids, not a single string")
-    ids: list[str | None] = []
-    for message_id in message_ids:
-        if not isinstance(message_id, str):
-            raise TypeError(f"message ids must be str, not {type(message_id).__name__}")
-        ids.append(message_id if storable_text(message_id) else None)
-    return ids
+    return [i if storable_text(i) else None for i in check_ids(message_ids)]

@@ -14,13 +14,18 @@ Also the small argument checks shared by the other optional parts (`check_text`,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from taskrunner.errors import BackendError
 from taskrunner.queue import Added, AddRequest
-from taskrunner_backends.checks import check_text as shared_check_text
+from taskrunner_backends.checks import (
+    check_ids,
+    check_request,
+    check_requests,
+    check_seconds as shared_check_seconds,
+    check_text as shared_check_text,
+)
 
 from .db import Database
 from .schema import notify_channel
@@ -169,9 +174,7 @@ class PostgresScheduling:
                 statement), unless the connection broke during the commit.
         """
         self._check_open()
-        if isinstance(requests, AddRequest):
-            raise TypeError("requests must be a sequence of AddRequest, not a single one")
-        checked = [_check_request(request) for request in requests]
+        checked = [_request(request) for request in check_requests(requests, nul=False)]
         if not checked:
             return []
         if all(item.key is None for item in checked):
@@ -267,12 +270,10 @@ class PostgresScheduling:
             duplicated id is True once, at its first place.
 
         Raises:
-            TypeError: `message_ids` is a single string.
+            TypeError: `message_ids` is a single string, or an id is not a `str`.
         """
         self._check_open()
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        ids = [parse_message_id(i) for i in message_ids]
+        ids = [parse_message_id(i) for i in check_ids(message_ids)]
         wanted = sorted({i for i in ids if i is not None})
         if not wanted:
             return [False] * len(ids)
@@ -298,27 +299,17 @@ def _ids(values: Sequence[int] | None, expected: int) -> list[str]:
     return ids
 
 
-def _check_request(request: AddRequest) -> _Request:
-    if not isinstance(request, AddRequest):
-        raise TypeError(f"expected AddRequest, got {type(request).__name__}")
-    if not isinstance(request.body, bytes):
-        raise TypeError(f"message body must be bytes, not {type(request.body).__name__}")
-    delay = check_seconds("delay_seconds", request.delay_seconds, positive=False)
-    due: float | None = None
-    if request.due_at is not None:
-        due_at = request.due_at
-        if isinstance(due_at, bool) or not isinstance(due_at, int | float):
-            raise TypeError(f"due_at must be a number of seconds, not {type(due_at).__name__}")
-        if not math.isfinite(due_at):
-            raise ValueError(f"due_at must be finite, got {due_at}")
-        due = min(_MAX_INSTANT, max(_MIN_INSTANT, float(due_at)))
-    key: str | None = None
-    if request.unique_key is not None:
-        key = check_text("unique_key", request.unique_key)
-    hold: float | None = None
-    if request.unique_seconds is not None:
-        hold = check_seconds("unique_seconds", request.unique_seconds, positive=False)
-    return _Request(request.body, delay, due, key, hold)
+def _request(request: AddRequest) -> _Request:
+    """A request `check_request` accepted, its times clamped to what the columns hold."""
+    check_request(request, nul=False)
+    due_at, hold = request.due_at, request.unique_seconds
+    return _Request(
+        request.body,
+        min(MAX_SECONDS, float(request.delay_seconds)),
+        None if due_at is None else min(_MAX_INSTANT, max(_MIN_INSTANT, float(due_at))),
+        request.unique_key,
+        None if hold is None else min(MAX_SECONDS, float(hold)),
+    )
 
 
 def check_text(name: str, value: str) -> str:
@@ -339,12 +330,7 @@ def storable_text(value: str) -> bool:
 
 def check_seconds(name: str, seconds: float, *, positive: bool) -> float:
     """`seconds` as a float capped at `MAX_SECONDS`; TypeError/ValueError when unusable."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise TypeError(f"{name} must be a number of seconds, not {type(seconds).__name__}")
-    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {seconds}")
-    return min(MAX_SECONDS, float(seconds))
+    return min(MAX_SECONDS, shared_check_seconds(name, seconds, positive=positive))
 
 
 def parse_message_id(value: object) -> int | None:
