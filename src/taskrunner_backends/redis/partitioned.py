@@ -92,6 +92,9 @@ from taskrunner.queue import (
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 from taskrunner_backends.checks import check_count, check_deliveries, encode_reason
 
+from .adding import _encode_request
+from .arguments import _check_consumer, _milliseconds
+from .base import Durability
 from .cluster_client import SlotClient, Topology
 from .cluster_url import split_cluster_url
 from .errors import translate_errors
@@ -100,12 +103,8 @@ from .queue import (
     _CAPABILITIES,
     DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS,
     DEFAULT_SOCKET_TIMEOUT_SECONDS,
-    Durability,
     RedisStreamsQueue,
-    _check_consumer,
     _durable_option,
-    _encode_request,
-    _milliseconds,
 )
 
 __all__ = [
