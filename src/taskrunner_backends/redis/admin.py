@@ -6,6 +6,8 @@ by `NAMES_SCAN_CALLS`); none of it is on a worker's hot path.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 
 from taskrunner.queue import ConsumerStats, DeadLetter, QueueNameList, QueueStats, check_names_limit
@@ -17,13 +19,25 @@ from .receipts import _caller_name
 from .replies import _as_int, _as_str, _is_stream_id, _text
 from .scripts import SCRIPTS
 
-__all__ = ["NAMES_SCAN_CALLS", "NAMES_SCAN_COUNT", "STATS_PENDING_SAMPLE", "AdminMixin"]
+__all__ = [
+    "DELETE_ID_WAIT_SECONDS",
+    "NAMES_SCAN_CALLS",
+    "NAMES_SCAN_COUNT",
+    "STATS_PENDING_SAMPLE",
+    "AdminMixin",
+]
+
+_log = logging.getLogger("taskrunner_backends.redis")
 
 # SCAN calls and keys per call one `queue_names` call makes at most: it examines at most
 # their product of keys (of the whole database, every namespace), then says whether it
 # saw them all.
 NAMES_SCAN_CALLS = 100
 NAMES_SCAN_COUNT = 1000
+
+# Longest `delete_queue` waits for the server's clock to pass the last id handed out
+# (seconds); ids are ahead of the clock by more only after the clock stepped back.
+DELETE_ID_WAIT_SECONDS = 1.0
 
 # Pending entries `stats` inspects for the longest idle time (count).
 STATS_PENDING_SAMPLE = 1000
@@ -175,9 +189,9 @@ class AdminMixin(QueueBase):
         return _as_int(
             await self._script(
                 "purge",
-                "purge",
+                "clear",
                 self._keys.scheduling,
-                (self._keys.group, self._keys.unique_prefix),
+                ("purge", self._keys.group, self._keys.unique_prefix),
             )
         )
 
@@ -188,20 +202,42 @@ class AdminMixin(QueueBase):
         index lists the result keys, so no SCAN is needed).
 
         One DEL of keys in one slot: atomic. Workers still running recreate an empty
-        group at their next receive. Stream ids are time-based, so a receipt issued
-        before the delete does not match a message added after it, with one exception:
-        the new stream starts its ids afresh, so a message added in the same
-        millisecond of the server's clock as the last one deleted can get that
-        message's id back (and an old receipt of the same consumer, first delivery,
-        would fit it). Do not delete a queue that workers are still using.
+        group at their next receive. Every message id (and dead-letter id) handed out
+        after this returns is larger than every one handed out before it, so a receipt
+        issued before the delete never fits a message added after it: the new streams
+        start their ids afresh from the server's clock, so this waits (on that clock)
+        until the millisecond of the last id handed out is over, usually under 1 ms, at
+        most `DELETE_ID_WAIT_SECONDS` (an id further ahead, after the clock stepped
+        back, is logged). Do not delete a queue that workers are still using.
         """
         await self._ready()
-        await self._raw.run_script(
+        last_ms, now_ms = await self._raw.run_script(
             "delete queue",
-            SCRIPTS["delete_queue"],
+            SCRIPTS["clear"],
             self._keys.every_key,
-            (self._keys.unique_prefix, self._keys.result_prefix),
+            ("delete", self._keys.group, self._keys.unique_prefix, self._keys.result_prefix),
         )
+        await self._outlast(_as_int(last_ms), _as_int(now_ms))
+
+    async def _outlast(self, last_ms: int, now_ms: int) -> None:
+        """Return once the server's clock is past millisecond `last_ms` (bounded)."""
+        # The event loop's clock, not the queue's: this waits for real time to pass.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DELETE_ID_WAIT_SECONDS
+        while now_ms <= last_ms:
+            left = deadline - loop.time()
+            if left <= 0:
+                _log.warning(
+                    "%r: ids were handed out up to %d ms ahead of the server's clock; "
+                    "ids of messages added soon after this delete may repeat them",
+                    self,
+                    last_ms - now_ms,
+                )
+                return
+            # Bounded polling of the server's clock: the wait is for time to pass there.
+            await asyncio.sleep(min(left, (last_ms - now_ms + 1) / 1000))
+            seconds, micros = await self._raw.call("delete queue", "TIME")
+            now_ms = _as_int(seconds) * 1000 + _as_int(micros) // 1000
 
     async def remove_idle_consumers(self, idle_seconds: float) -> list[str]:
         """Delete consumers that own no pending message and were inactive for `idle_seconds`.
