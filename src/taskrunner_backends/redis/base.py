@@ -23,7 +23,7 @@ from taskrunner.errors import (
 )
 
 from .client import Arg, RawClient, is_no_script
-from .errors import GroupMissingError, translate_errors
+from .errors import GroupMissingError, credentials_refused, translate_errors
 from .keys import QueueKeys
 from .scripts import SCRIPTS
 from .server import ServerInfo, _parse_info, check_server
@@ -95,7 +95,17 @@ class QueueBase:
         async with self._init_lock:
             if self._initialized:
                 return
-            raw_info = await self._raw.call("INFO server", "INFO", "server")
+            try:
+                raw_info = await self._raw.call("INFO server", "INFO", "server")
+            except BackendError as exc:
+                # The first command: where a missing or wrong password shows.
+                options = self._raw.connection_kwargs()
+                refused = credentials_refused(
+                    exc, self._display, options.get("username"), bool(options.get("password"))
+                )
+                if refused is exc:
+                    raise
+                raise refused from exc.__cause__
             self._server = check_server(_parse_info(raw_info))
             self._has_xackdel = await self._supports("XACKDEL")
             if self._durable == "aof" and not await self._supports("WAITAOF"):
