@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import taskrunner
+import taskrunner_backends
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,3 +63,24 @@ def test_the_core_never_imports_a_backend_or_the_suite() -> None:
 
     assert contract["source_modules"] == ["taskrunner"]
     assert contract["forbidden_modules"] == ["taskrunner_backends", "taskrunner_conformance"]
+
+
+# Modules of taskrunner_backends that are shared helpers, not backends.
+BACKEND_HELPERS = {"checks"}
+
+
+def test_every_backend_is_kept_free_of_import_cycles() -> None:
+    # The acyclic_siblings contract only checks the packages it names: a backend added
+    # later would be left out silently.
+    contract = contracts()["no import cycles inside a backend package"]
+    backends = {
+        f"taskrunner_backends.{module.name}"
+        for module in pkgutil.iter_modules(taskrunner_backends.__path__)
+        if module.name not in BACKEND_HELPERS
+    }
+
+    ancestors = contract["ancestors"]
+    assert isinstance(ancestors, list)
+
+    assert contract["type"] == "acyclic_siblings"
+    assert set(ancestors) == backends

@@ -209,3 +209,42 @@ async def test_remove_consumers_forgets_named_consumers_of_every_lease_but_spare
     assert await redis_queue.ack([held]) == []
     assert await redis_queue.remove_consumers(["busy"]) == ["busy"]
     assert (await redis_queue.stats()).consumers == ()
+
+
+def _id_order(message_id: str) -> tuple[int, int]:
+    ms, _, seq = message_id.partition("-")
+    return int(ms), int(seq)
+
+
+async def test_ids_after_delete_queue_are_larger_than_every_id_before_it(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    # The stream is created afresh after a delete, so without care an add in the same
+    # millisecond of the server's clock as the last one before the delete gets that
+    # message's id back (and an old receipt could fit the new message). A delete and
+    # an add take well under a millisecond on loopback: 30 rounds hit it many times.
+    [previous] = await redis_queue.add([b"first"])
+    for _ in range(30):
+        await redis_queue.delete_queue()
+        [new] = await redis_queue.add([b"next"])
+
+        assert _id_order(new) > _id_order(previous)
+        previous = new
+
+
+async def test_delete_queue_outlasts_ids_handed_out_ahead_of_the_servers_clock(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    # Ids run ahead of the clock when it stepped back (a stream's ids only grow); here
+    # the stream's last id is moved 300 ms ahead.
+    await redis_queue.add([b"first"])
+    seconds, micros = await redis_queue._raw.call("time", "TIME")
+    ahead_ms = int(seconds) * 1000 + int(micros) // 1000 + 300
+    await redis_queue._raw.call("setid", "XSETID", redis_queue.keys.stream, f"{ahead_ms}-7")
+    [ahead] = await redis_queue.add([b"ahead"])
+    assert _id_order(ahead) == (ahead_ms, 8)
+
+    await redis_queue.delete_queue()
+    [after] = await redis_queue.add([b"after"])
+
+    assert _id_order(after) > _id_order(ahead)

@@ -3,8 +3,10 @@
 `RedisStreamsQueue` and `open_from_url` (redis://, rediss://, unix://);
 `PartitionedQueue` and `open_cluster_from_url` (redis+cluster://, rediss+cluster://).
 
-Submodules: `queue` (the mechanism, documented there), `keys` (key layout),
-`testing` (hooks for tests). `errors`, `client`, `scripts` and `url` are internal.
+Submodules: `queue` (the single-server queue, composed of parts whose modules
+document the mechanism: `receiving`, `fencing`, `adding`, `leadership`, `results`,
+`lookup`, `browse`, `admin`, `workers`), `keys` (key layout), `testing` (hooks for
+tests). The other modules are internal.
 """
 
 from __future__ import annotations

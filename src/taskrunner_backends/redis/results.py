@@ -1,4 +1,12 @@
-"""The result listener: one blocking XREAD per queue handle wakes every `wait_result`.
+"""Results: the `ResultStore` part, and the listener that wakes every `wait_result`.
+
+Storage. A result is the string ``r:<message id>`` in the queue's slot,
+``SET ... PX`` (last write wins, TTL restarted), indexed in the ``results`` zset so
+delete_queue finds it; a put is one script per `RESULTS_BATCH` results, all in one
+round trip, and appends the ids it stored to the capped ``done`` stream. Waits of one
+handle share one listener task reading that stream with a blocking XREAD (below).
+
+The listener. One blocking XREAD per queue handle wakes every `wait_result`.
 
 Why a stream, not Pub/Sub. The put script appends one entry naming the stored ids to
 the queue's capped ``done`` stream (see `keys`). A listener reads it with ``XREAD
@@ -39,21 +47,25 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from taskrunner.errors import BackendError, QueueClosedError
+from taskrunner.queue import ResultWrite
+from taskrunner_backends.checks import check_text
 
+from .arguments import _milliseconds
+from .base import QueueBase
 from .client import Arg
 from .errors import translate_errors
-
-if TYPE_CHECKING:
-    from .queue import RedisStreamsQueue
+from .replies import _as_int, _stream_entries
 
 __all__ = [
     "CHECK_CONCURRENCY",
+    "RESULTS_BATCH",
     "LISTEN_BLOCK_SECONDS",
     "NOTIFY_CAP",
     "ResultListener",
+    "ResultsMixin",
     "notify_token",
 ]
 
@@ -61,6 +73,9 @@ _log = logging.getLogger("taskrunner_backends.redis")
 
 # Entries the notification stream keeps at least (MAXLEN ~), and the COUNT of one read.
 NOTIFY_CAP = 256
+
+# Results per put/delete script call (count); one round trip carries them all.
+RESULTS_BATCH = 500
 
 # Longest one blocking read of the listener (seconds); also how long an idle listener
 # lingers after its last waiter left, so back-to-back waits reuse it.
@@ -94,7 +109,7 @@ def notify_token(message_id: str) -> str:
 class ResultListener:
     """The waiters of one queue handle and the task that wakes them (internal)."""
 
-    def __init__(self, queue: RedisStreamsQueue, client_name: str) -> None:
+    def __init__(self, queue: QueueBase, client_name: str) -> None:
         self._queue = queue
         # message id -> futures of its waiters; token -> ids (equal but for long ids).
         self._waiters: dict[str, set[asyncio.Future[bytes]]] = {}
@@ -299,8 +314,6 @@ class ResultListener:
         return first.decode() if isinstance(first, bytes) else str(first)
 
     async def _read(self, position: str) -> list[tuple[str, object]]:
-        from .queue import _stream_entries  # queue.py imports this module
-
         block_ms = max(1, round(LISTEN_BLOCK_SECONDS * 1000))
         xread: tuple[Arg, ...] = (
             "XREAD",
@@ -339,3 +352,161 @@ class ResultListener:
                 for future in self._waiters.get(message_id, ()):
                     if not future.done():
                         future.set_result(body)
+
+
+class ResultsMixin(QueueBase):
+    """The `ResultStore` part: results as string keys with PX in the queue's slot."""
+
+    # Built lazily: it holds asyncio objects, which belong to the running loop.
+    _listener: ResultListener | None
+
+    async def put_results(self, results: Sequence[ResultWrite]) -> None:
+        """Store each result under its message id for its TTL (server clock, ms rounded up).
+
+        One round trip per call: one script per `RESULTS_BATCH` results, all sent in
+        one write. Each result is ``SET <prefix>r:<id> <body> PX <ttl>`` (a later
+        write of an id, in this batch or after, replaces the body and restarts the
+        TTL), an entry in the ``results`` index (so delete_queue finds it) and one
+        XADD per script naming the ids on the ``done`` stream, which wakes waiters.
+        Ids are stored as given, whatever their text: the key's hash tag is the
+        queue's, always.
+
+        Raises:
+            TypeError: `results` is a single `ResultWrite`, an item is not one, a
+                message id is no str, a body is not `bytes` or a TTL no number.
+            ValueError: A TTL is <= 0 or not finite, or a message id is empty or not
+                encodable as UTF-8; nothing is sent.
+            BackendUnavailableError: The server could not be reached; some of the
+                results may have been stored.
+        """
+        items = self.check_results(results)
+        await self._ready()
+        if not items:
+            return
+        keys = self._keys
+        calls = []
+        for start in range(0, len(items), RESULTS_BATCH):
+            chunk = items[start : start + RESULTS_BATCH]
+            call_keys = [keys.results, keys.done, *(keys.result(i) for i, _, _ in chunk)]
+            args: list[Arg] = ["put", NOTIFY_CAP]
+            for item in chunk:
+                args.extend(item)
+            calls.append((call_keys, args))
+        await self._batched("put results", "results", calls)
+
+    def check_results(self, results: Sequence[ResultWrite]) -> list[tuple[str, int, bytes]]:
+        """What `put_results` would send: (id, TTL ms, body) each; raises as it does."""
+        if isinstance(results, ResultWrite):
+            raise TypeError("results must be a sequence of ResultWrite, not a single one")
+        items: list[tuple[str, int, bytes]] = []
+        for write in results:
+            if not isinstance(write, ResultWrite):
+                raise TypeError(f"expected ResultWrite, got {type(write).__name__}")
+            check_text("message_id", write.message_id)
+            if not isinstance(write.body, bytes):
+                raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
+            ttl_ms = _milliseconds("ttl_seconds", write.ttl_seconds, positive=True)
+            items.append((write.message_id, ttl_ms, write.body))
+        return items
+
+    async def get_results(self, message_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored body of each id, in order; None where there is none or it expired.
+
+        One MGET (one round trip) whatever the number of ids. An id that could never
+        have been stored (empty, not encodable) is None without being sent.
+
+        Raises:
+            TypeError: `message_ids` is a single string, or holds something else.
+        """
+        ids = _result_ids(message_ids)
+        await self._ready()
+        sendable = [i for i in ids if i is not None]
+        if not sendable:
+            return [None] * len(ids)
+        reply = await self._raw.call("get results", "MGET", *map(self._keys.result, sendable))
+        found = iter(reply)
+        bodies: list[bytes | None] = []
+        for i in ids:
+            body = None if i is None else next(found)
+            bodies.append(body if isinstance(body, bytes) else None)
+        return bodies
+
+    async def wait_result(self, message_id: str, *, timeout_seconds: float) -> bytes | None:
+        """The body of `message_id`'s result, waiting up to `timeout_seconds` for it.
+
+        Returns at once when it is stored (one GET). Otherwise the wait registers with the
+        handle's one result listener (a task reading the ``done`` stream with a
+        blocking XREAD; see `taskrunner_backends.redis.results`), which wakes it when a
+        put names the id: no polling, and any number of concurrent waits of one handle
+        share one blocking connection (plus at most
+        `~taskrunner_backends.redis.results.CHECK_CONCURRENCY` for their first look at
+        the key). The timeout runs on the event loop's clock; on an idle server a
+        result stored meanwhile is returned within a few milliseconds.
+
+        Returns:
+            The body, or None when none was stored by the timeout (never before it).
+
+        Raises:
+            TypeError: `message_id` is no str or `timeout_seconds` no number.
+            ValueError: `timeout_seconds` < 0 or not finite, or `message_id` empty.
+            QueueClosedError: The queue is or became closed while waiting.
+            BackendUnavailableError: The server could not be reached for the first
+                look at the key (the listener itself retries until the timeout).
+        """
+        check_text("message_id", message_id)
+        _milliseconds("timeout_seconds", timeout_seconds, positive=False)
+        await self._ready()
+        key = self._keys.result(message_id)
+        if timeout_seconds == 0:
+            body = await self._raw.call("wait result", "GET", key)
+            return body if isinstance(body, bytes) else None
+        # initialize() may have awaited the server while aclose ran.
+        self._check_open()
+        if self._listener is None:
+            self._listener = ResultListener(
+                self, f"taskrunner-results:{self._keys.namespace}:{self._keys.queue_name}"
+            )
+        return await self._listener.wait(message_id, key, timeout_seconds)
+
+    async def delete_results(self, message_ids: Sequence[str]) -> int:
+        """Delete the results of `message_ids`; returns how many existed.
+
+        One round trip (a script per `RESULTS_BATCH` ids). A duplicated id counts once.
+
+        Raises:
+            TypeError: `message_ids` is a single string, or holds something else.
+        """
+        ids = [i for i in _result_ids(message_ids) if i is not None]
+        await self._ready()
+        if not ids:
+            return 0
+        keys = self._keys
+        calls: list[tuple[Sequence[str], Sequence[Arg]]] = []
+        for start in range(0, len(ids), RESULTS_BATCH):
+            chunk = ids[start : start + RESULTS_BATCH]
+            args: list[Arg] = ["delete", 0, *chunk]
+            calls.append(([keys.results, keys.done, *map(keys.result, chunk)], args))
+        replies = await self._batched("delete results", "results", calls)
+        return sum(_as_int(reply) for reply in replies)
+
+    @property
+    def result_listener(self) -> ResultListener | None:
+        """The handle's result listener, once a `wait_result` has needed one (for tests)."""
+        return self._listener
+
+
+def _result_ids(message_ids: Sequence[str]) -> list[str | None]:
+    """`message_ids` with None for each id no result can be stored under."""
+    if isinstance(message_ids, str):
+        raise TypeError("message_ids must be a sequence of ids, not a single string")
+    ids: list[str | None] = []
+    for message_id in message_ids:
+        if not isinstance(message_id, str):
+            raise TypeError(f"message ids must be str, not {type(message_id).__name__}")
+        try:
+            message_id.encode("utf-8")
+        except UnicodeEncodeError:
+            ids.append(None)
+            continue
+        ids.append(message_id or None)
+    return ids

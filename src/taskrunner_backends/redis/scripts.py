@@ -34,9 +34,9 @@ def _load(name: str) -> Script:
 #: Every script by name: fenced (heartbeat/ack/release/dead-letter), receive (promote
 #: due delayed messages, then read new ones), reclaim (XPENDING pages from a cursor,
 #: each entry judged by its holder's lease), stats, the admin operations, consumer GC,
-#: the worker registry, the test hook age_lease, and the scheduling and leadership
-#: parts (add_requests, cancel, leadership, delete_queue), and the results and
-#: lookup parts (results: put and delete; lookup), and the browse part (browse).
+#: the worker registry, the test hook age_lease, clear (purge and delete_queue), the
+#: scheduling and leadership parts (add_requests, cancel, leadership), and the results
+#: and lookup parts (results: put and delete; lookup), and the browse part (browse).
 SCRIPTS: dict[str, Script] = {
     name: _load(name)
     for name in (
@@ -46,14 +46,13 @@ SCRIPTS: dict[str, Script] = {
         "stats",
         "retry_dead",
         "purge_dead",
-        "purge",
+        "clear",
         "remove_idle_consumers",
         "workers",
         "age_lease",
         "add_requests",
         "cancel",
         "leadership",
-        "delete_queue",
         "results",
         "lookup",
         "browse",

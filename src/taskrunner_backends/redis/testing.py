@@ -39,7 +39,8 @@ from taskrunner.queue import Delivery, Queue
 
 from .keys import namespace_pattern
 from .partitioned import PartitionedQueue, open_cluster_from_url, split_id
-from .queue import RedisStreamsQueue, _locate
+from .queue import RedisStreamsQueue
+from .receipts import _locate
 from .scripts import SCRIPTS
 from .url import join_url
 

@@ -1,0 +1,226 @@
+"""Adding messages: `add`, `add_requests` (delayed and unique adds), `cancel`.
+
+Scheduling (`add_requests`, `cancel`). One script per `ADD_REQUESTS_BATCH` requests,
+all sent in one round trip. A ready request is a plain stream entry. A delayed one is
+parked like a release with a delay, due at ``due_at * 1000`` or ``now + delay`` in
+milliseconds of the server's ``TIME``; its message id is reserved from the queue
+stream's own id sequence (``XSETID`` moves the stream's last id past it), so delayed
+and plain ids never collide and are never reused, even after a purge. The parked entry
+carries that id (``i``) and count 0 (``n``), so its delivery keeps the id and counts 1.
+A unique key is its own key ``u:<key>`` in the queue's slot holding the message id
+(``PX`` for ``unique_seconds``), checked and set in the add's script; the message
+carries the key (field ``u``), release and reclaim carry it along, and ack and dead-
+letter free it in the fenced script only if it still names the message (receipts of
+such messages say so in their token, so a plain ack reads nothing more). The
+``uniques`` index lets purge and delete_queue free them without SCAN. The hash
+``moved`` maps every message whose entry id is not its id (delayed adds, released
+messages) to where it is now; `cancel` uses it and removes a message only when it is
+parked or newer than the group's last-delivered id (never read, so in no PEL), in
+one script with the key's release. Plain messages' ack and receive are as before.
+
+Durable enqueue (``durable=replica`` or ``aof``): the adds are followed on the same
+connection by ``WAIT 1`` or ``WAITAOF 0 1``, in the same round trip.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from taskrunner.errors import BackendUnavailableError
+from taskrunner.queue import Added, AddRequest
+from taskrunner_backends.checks import check_text
+
+from .arguments import _milliseconds
+from .base import QueueBase
+from .client import Arg, is_no_script
+from .errors import translate_errors
+from .fencing import FENCED_BATCH
+from .replies import _as_int, _as_str, _is_stream_id
+from .scripts import SCRIPTS
+
+__all__ = ["ADD_REQUESTS_BATCH", "DURABLE_WAIT_SECONDS", "AddingMixin"]
+
+# Requests per `add_requests` script call (count); one round trip carries them all.
+ADD_REQUESTS_BATCH = 500
+
+# How long a durable add waits for a replica's confirmation (seconds) before it raises.
+DURABLE_WAIT_SECONDS = 2.0
+
+
+class AddingMixin(QueueBase):
+    """`add`, `add_requests` (delayed and unique adds) and `cancel`."""
+
+    async def add(self, bodies: Sequence[bytes]) -> list[str]:
+        """Enqueue bodies with one pipelined XADD each (one round trip).
+
+        Returns:
+            The stream entry ids, in order.
+
+        Raises:
+            TypeError: A body is not `bytes`.
+            BackendUnavailableError: The server could not be reached; some bodies may
+                have been added.
+        """
+        for body in bodies:
+            if not isinstance(body, bytes):
+                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        await self._ready()
+        if not bodies:
+            return []
+        commands: list[tuple[Arg, ...]] = [
+            ("XADD", self._keys.stream, "*", "b", body) for body in bodies
+        ]
+        replies = await self._raw.pipeline("add", [*commands, *self._durability()])
+        self._check_durable("add", replies[len(commands) :])
+        ids = []
+        for reply in replies[: len(commands)]:
+            if isinstance(reply, Exception):
+                with translate_errors("add"):
+                    raise reply
+            ids.append(_as_str(reply))
+        return ids
+
+    async def add_requests(self, requests: Sequence[AddRequest]) -> list[Added]:
+        """Add each request's body with its options; one `Added` per request, in order.
+
+        One script per `ADD_REQUESTS_BATCH` requests, all sent in one round trip. Each
+        request's unique check and add are atomic. A request without a delay (or due in
+        the past) becomes a plain stream entry, as `add` writes it; a delayed one waits
+        in the parked stream under an id reserved from the queue stream (so ids never
+        collide) and is ready at its due time on the server's clock (``due_at`` and
+        ``delay_seconds`` are both converted on the server, in whole milliseconds
+        rounded up). A receive blocked meanwhile is woken by the doorbell and delivers
+        it at most `DELAYED_LATENESS_SECONDS` late on an idle server. A unique key is a
+        key of the queue's slot holding the message id, with ``PX`` when
+        ``unique_seconds`` is set (0 holds it not at all).
+
+        Raises:
+            TypeError: A request is not an `AddRequest`, or a field has the wrong type.
+            ValueError: A duration is negative or not finite, or a unique key is empty
+                or not valid UTF-8; nothing is added.
+            BackendUnavailableError: The server could not be reached; some of the
+                requests may have been added.
+        """
+        if isinstance(requests, AddRequest):
+            raise TypeError("requests must be a sequence of AddRequest, not a single one")
+        encoded = [_encode_request(request) for request in requests]
+        await self._ready()
+        if not encoded:
+            return []
+        commands: list[tuple[Arg, ...]] = []
+        keys = self._keys.scheduling
+        for start in range(0, len(encoded), ADD_REQUESTS_BATCH):
+            args: list[Arg] = [self._keys.group, self._keys.unique_prefix]
+            for item in encoded[start : start + ADD_REQUESTS_BATCH]:
+                args.extend(item)
+            commands.append(("EVALSHA", SCRIPTS["add_requests"].sha, len(keys), *keys, *args))
+        wait = self._durability()
+        replies = await self._raw.pipeline("add requests", [*commands, *wait])
+        waited, replies = replies[len(commands) :], replies[: len(commands)]
+        if any(is_no_script(reply) for reply in replies):
+            # The server restarted or SCRIPT FLUSH ran: nothing of those calls ran.
+            await self._raw.call("add requests", "SCRIPT", "LOAD", SCRIPTS["add_requests"].source)
+            again = [i for i, reply in enumerate(replies) if is_no_script(reply)]
+            rerun = await self._raw.pipeline("add requests", [*(commands[i] for i in again), *wait])
+            waited = rerun[len(again) :]
+            for i, reply in zip(again, rerun, strict=True):
+                replies[i] = reply
+        self._check_durable("add requests", waited)
+        added = []
+        for reply in replies:
+            if isinstance(reply, Exception):
+                with translate_errors("add requests"):
+                    raise reply
+            for i in range(0, len(reply), 2):
+                added.append(Added(message_id=_as_str(reply[i]), added=_as_int(reply[i + 1]) == 1))
+        return added
+
+    async def cancel(self, message_ids: Sequence[str]) -> list[bool]:
+        """Remove ready or delayed messages so they are never delivered; free their keys.
+
+        A ready message is one no receive has read yet (newer than the group's last
+        delivered entry); a delayed one waits in the parked stream (delayed adds and
+        releases with a delay alike, found through the ``moved`` map). Each removal and
+        its key's release happen in one script, so a cancel racing a receive either
+        removes the message or finds it delivered, never both.
+
+        Returns:
+            One flag per id: True when removed by this call; False when in flight,
+            completed, dead, cancelled already, unknown or not an id of this backend.
+
+        Raises:
+            TypeError: `message_ids` is a single string.
+        """
+        if isinstance(message_ids, str):
+            raise TypeError("message_ids must be a sequence of ids, not a single string")
+        ids = list(message_ids)
+        await self._ready()
+        flags = [False] * len(ids)
+        valid = [(index, i) for index, i in enumerate(ids) if _is_stream_id(i)]
+        for start in range(0, len(valid), FENCED_BATCH):
+            chunk = valid[start : start + FENCED_BATCH]
+            reply = await self._raw.run_script(
+                "cancel",
+                SCRIPTS["cancel"],
+                self._keys.scheduling,
+                (self._keys.group, self._keys.unique_prefix, *(i for _, i in chunk)),
+            )
+            for (index, _), flag in zip(chunk, reply, strict=True):
+                flags[index] = _as_int(flag) == 1
+        return flags
+
+    def _durability(self) -> list[tuple[Arg, ...]]:
+        """The command that waits for a replica, sent after an add on the same connection."""
+        timeout_ms = round(DURABLE_WAIT_SECONDS * 1000)
+        if self._durable == "replica":
+            return [("WAIT", 1, timeout_ms)]
+        if self._durable == "aof":
+            return [("WAITAOF", 0, 1, timeout_ms)]
+        return []
+
+    def _check_durable(self, action: str, replies: list[Any]) -> None:
+        if not replies:
+            return
+        (reply,) = replies
+        if isinstance(reply, Exception):
+            with translate_errors(action):
+                raise reply
+        confirmed = _as_int(reply[1]) if isinstance(reply, list) else _as_int(reply)
+        if confirmed < 1:
+            kind = "written to its AOF" if self._durable == "aof" else "received"
+            raise BackendUnavailableError(
+                f"{action}: no replica {kind} the messages within {DURABLE_WAIT_SECONDS:g}s "
+                "(durable enqueue); they are on the master and may or may not survive a "
+                "failover: adding them again may duplicate them"
+            )
+
+
+def _encode_request(request: AddRequest) -> tuple[Arg, Arg, Arg, Arg, Arg]:
+    """The five script arguments of one request, after checking every field."""
+    if not isinstance(request, AddRequest):
+        raise TypeError(f"expected AddRequest, got {type(request).__name__}")
+    if not isinstance(request.body, bytes):
+        raise TypeError(f"message body must be bytes, not {type(request.body).__name__}")
+    mode: str = "r"
+    value: Arg = ""
+    delay_ms = _milliseconds("delay_seconds", request.delay_seconds, positive=False)
+    if request.due_at is not None:
+        due_at = request.due_at
+        if isinstance(due_at, bool) or not isinstance(due_at, int | float):
+            raise TypeError(f"due_at must be a number of seconds, not {type(due_at).__name__}")
+        if not math.isfinite(due_at):
+            raise ValueError(f"due_at must be finite, got {due_at}")
+        # Converted to ms on the server (its clock decides what is past).
+        mode, value = "a", repr(float(due_at))
+    elif delay_ms > 0:
+        mode, value = "d", delay_ms
+    key: Arg = ""
+    unique_ms: Arg = ""
+    if request.unique_key is not None:
+        check_text("unique_key", request.unique_key)
+        key = request.unique_key
+    if request.unique_seconds is not None:
+        unique_ms = _milliseconds("unique_seconds", request.unique_seconds, positive=False)
+    return (mode, value, key, unique_ms, request.body)

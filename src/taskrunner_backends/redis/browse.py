@@ -1,0 +1,99 @@
+"""Browsing (the ``browse`` part): pages of waiting or in-flight messages, read only.
+
+`browse_messages` pages by stream entry id in one read-only script
+(``lua/browse.lua``): waiting entries are one XRANGE after the group's last-delivered
+id, in-flight ones one extended XPENDING plus an XRANGE per entry.
+"""
+
+from __future__ import annotations
+
+from taskrunner.queue import BrowsedMessage, BrowseState, check_browse
+
+from .base import QueueBase
+from .receipts import _LEASE_SUFFIX, _caller_name, _Message, _parse_entry
+from .replies import _as_int, _as_str, _is_stream_id
+from .scripts import SCRIPTS
+
+__all__ = ["BrowseMixin"]
+
+
+class BrowseMixin(QueueBase):
+    """`browse_messages`: a read-only page of waiting or in-flight messages."""
+
+    async def browse_messages(
+        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+    ) -> list[BrowsedMessage]:
+        """Up to `limit` messages in `state` after cursor `after`, in stream-entry order.
+
+        One script, one round trip, nothing written (no group is created, no idle time
+        reset). The cursor is the stream entry id: a released message is a new entry at
+        the end of the stream, so it is listed there, under its own message id, with
+        the deliveries it had. Waiting: the entries after the group's last-delivered id
+        (all of them before any receive); a released message whose delay is over is
+        listed once a receive moved it back onto the stream (`stats` counts it ready
+        before). In flight: the group's PEL from the cursor, with the holder, idle time
+        and lease from its group consumer name, the delivery count its entry's base
+        plus the PEL's. An entry that is not a taskrunner message is listed with its
+        fields as JSON for a body (receive dead-letters it); one whose payload was
+        deleted while pending with an empty body.
+
+        Raises:
+            ValueError: See `taskrunner.queue.MessageBrowser.browse`; `after` must be a
+                stream id (``<ms>-<seq>``).
+        """
+        check_browse(state, limit)
+        if after is not None and not _is_stream_id(after):
+            raise ValueError(f"after must be a stream entry id (ms-seq), got {after!r:.60}")
+        await self._ready()
+        reply = await self._raw.run_script(
+            "browse",
+            SCRIPTS["browse"],
+            [self._keys.stream],
+            [self._keys.group, state, after or "", limit],
+        )
+        page = []
+        for i in range(0, len(reply), 5):
+            entry_id = _as_str(reply[i])
+            parsed = _parse_entry(entry_id, reply[i + 1])
+            if isinstance(parsed, _Message):
+                message_id, body, base = parsed.message_id, parsed.body, parsed.base_count
+            else:
+                message_id, body, base = entry_id, parsed.evidence, 0
+            holder = reply[i + 2]
+            consumer = lease = idle = None
+            count = base
+            if isinstance(holder, bytes):
+                name = _as_str(holder)
+                consumer = _caller_name(name)
+                suffix = _LEASE_SUFFIX.search(name)
+                lease = None if suffix is None else int(suffix.group()[1:]) / 1000
+                idle = _as_int(reply[i + 3]) / 1000
+                count = base + _as_int(reply[i + 4])
+            page.append(
+                BrowsedMessage(
+                    cursor=entry_id,
+                    message_id=message_id,
+                    body=body,
+                    delivery_count=count,
+                    added_at=int(message_id.partition("-")[0]) / 1000,
+                    consumer=consumer,
+                    idle_seconds=idle,
+                    lease_seconds=lease,
+                )
+            )
+        return page
+
+
+class _Browser:
+    """`MessageBrowser` of a `RedisStreamsQueue` (see `RedisStreamsQueue.browse_messages`)."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: BrowseMixin) -> None:
+        self._queue = queue
+
+    async def browse(
+        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+    ) -> list[BrowsedMessage]:
+        """See `RedisStreamsQueue.browse_messages`."""
+        return await self._queue.browse_messages(state, after=after, limit=limit)

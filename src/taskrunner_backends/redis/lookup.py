@@ -1,0 +1,121 @@
+"""Message lookup by id (the ``lookup`` part): read where a message is, write nothing.
+
+`lookup_messages` reads where a message is from the stream, the PEL, ``moved`` and
+the parked set, and finds dead letters through ``dead_ids`` (original id ->
+dead-letter id), which only the dead-letter paths write (one HSET) and retry/purge
+of dead letters clear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from taskrunner.errors import BackendError
+from taskrunner.queue import MessageState
+
+from .base import QueueBase
+from .receipts import _caller_name
+from .replies import _as_int, _as_str, _is_stream_id
+
+__all__ = ["LOOKUP_BATCH", "LookupMixin"]
+
+# Ids per lookup script call (count); one round trip carries them all.
+LOOKUP_BATCH = 500
+
+
+class LookupMixin(QueueBase):
+    """`lookup_messages`: where a message is, by id, read without writing."""
+
+    async def lookup_messages(self, message_ids: Sequence[str]) -> list[MessageState | None]:
+        """The state of each id, in order, read in one script per `LOOKUP_BATCH` ids.
+
+        All scripts go in one round trip. Nothing is written. A message is found where
+        the backend keeps it anyway: its stream entry (``running`` while it is in the
+        group's PEL, with the holder, idle time and delivery count from XPENDING;
+        ``ready`` otherwise), or, after a release or a delayed add, the entry the
+        ``moved`` map names (``delayed`` until its due time, with ``due_at``;
+        ``ready`` once due), or, after dead-lettering, the dead letter that the
+        ``dead_ids`` index names for its original id (``dead``, with reason, time,
+        body and delivery count). ``added_at`` is the time in the message id (the
+        server's clock when it was added; for a delayed add, when it was requested).
+        The body is returned in every state. Acked, cancelled, purged, retried (it has
+        a new id) and unknown messages are None, and so is every id that is not a
+        stream id.
+
+        Raises:
+            TypeError: `message_ids` is a single string.
+        """
+        if isinstance(message_ids, str):
+            raise TypeError("message_ids must be a sequence of ids, not a single string")
+        ids = list(message_ids)
+        await self._ready()
+        states: list[MessageState | None] = [None] * len(ids)
+        valid = [(index, i) for index, i in enumerate(ids) if _is_stream_id(i)]
+        if not valid:
+            return states
+        keys = self._keys
+        script_keys = [
+            keys.stream,
+            keys.dead,
+            keys.delayed,
+            keys.parked,
+            keys.moved,
+            keys.dead_ids,
+        ]
+        chunks = [
+            valid[start : start + LOOKUP_BATCH] for start in range(0, len(valid), LOOKUP_BATCH)
+        ]
+        calls = [(script_keys, [keys.group, *(i for _, i in chunk)]) for chunk in chunks]
+        replies = await self._batched("lookup", "lookup", calls)
+        for chunk, reply in zip(chunks, replies, strict=True):
+            for n, (index, message_id) in enumerate(chunk):
+                states[index] = _message_state(message_id, reply[8 * n : 8 * n + 8])
+        return states
+
+
+def _message_state(message_id: str, row: Sequence[Any]) -> MessageState | None:
+    """One row of ``lua/lookup.lua``'s reply as a `MessageState`."""
+    state, count, body, consumer, idle_ms, due_ms, reason, dead_ms = row
+    if state is None:
+        return None
+    name = _as_str(state)
+    added_at = int(message_id.partition("-")[0]) / 1000
+    common: dict[str, Any] = {
+        "message_id": message_id,
+        "delivery_count": _as_int(count),
+        "body": body if isinstance(body, bytes) else None,
+        "added_at": added_at,
+    }
+    if name == "running":
+        return MessageState(
+            state="running",
+            consumer=_caller_name(_as_str(consumer)),
+            idle_seconds=_as_int(idle_ms) / 1000,
+            **common,
+        )
+    if name == "delayed":
+        return MessageState(state="delayed", due_at=_as_int(due_ms) / 1000, **common)
+    if name == "dead":
+        return MessageState(
+            state="dead",
+            dead_reason=_as_str(reason),
+            dead_at=_as_int(dead_ms) / 1000,
+            **common,
+        )
+    if name == "ready":
+        return MessageState(state="ready", **common)
+    raise BackendError(f"unexpected lookup state {name!r}")
+
+
+class _Lookup:
+    """`MessageLookup` of a `RedisStreamsQueue` (see `RedisStreamsQueue.lookup_messages`)."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, queue: LookupMixin) -> None:
+        self._queue = queue
+
+    async def lookup(self, message_ids: Sequence[str]) -> list[MessageState | None]:
+        """The state of each id, in order; None where the queue holds no such message."""
+        return await self._queue.lookup_messages(message_ids)

@@ -1,0 +1,367 @@
+"""Adding, receiving and settling messages of a `PartitionedQueue` across its shards.
+
+Adds. `add` spreads bodies round robin over the shards (one pipelined XADD batch per
+shard, in parallel). `add_requests` routes a request with a ``partition_key`` to the
+shard that key hashes to (CRC32 mod K), so one key's messages stay on one shard in add
+order; a request with a ``unique_key`` and no partition key goes to the shard its unique
+key hashes to, so a unique key is unique across the whole queue; other requests go
+round robin. A unique key given with a partition key is unique within that partition's
+shard (always give one key's messages the same partition key).
+
+Receive. A receive first polls up to ``max_messages`` shards without blocking, in
+parallel, starting at a shard that rotates with every call (fairness: no shard is
+always read first), with ``max_messages`` split between them. Empty-handed, it blocks
+on the shards no other receive of this handle is blocking on (each shard has at most
+one blocked read per handle, so a handle with F fetchers holds at most K blocked
+connections, not F x K); when one of its shards delivers, the others are ended at once
+with ``CLIENT UNBLOCK`` and return what they leased, so nothing leased is ever dropped.
+A receive finding every shard watched waits for a watch to end (or
+`UNWATCHED_RECHECK_SECONDS`) and polls again; while some shard is watched by nobody, a
+block lasts at most that long, so a message there waits at most that long.
+
+Reclaim visits the shards in rotating order until it has ``max_messages``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from taskrunner.errors import BackendUnavailableError
+from taskrunner.queue import Added, AddRequest, Delivery
+from taskrunner_backends.checks import check_count, check_deliveries, encode_reason
+
+from .adding import _encode_request
+from .arguments import _check_consumer, _milliseconds
+from .partitioned_shards import ShardsBase, _hash_shard, _split_evenly
+from .queue import RedisStreamsQueue
+
+__all__ = ["UNWATCHED_RECHECK_SECONDS", "DeliveryMixin"]
+
+_log = logging.getLogger("taskrunner_backends.redis")
+
+#: Longest a blocked receive lasts (seconds) while some shard has no blocked reader
+#: of this handle: a message on such a shard waits at most this long for a receive.
+UNWATCHED_RECHECK_SECONDS = 1.0
+
+
+class DeliveryMixin(ShardsBase):
+    """Adds, receives, the fenced lease operations, reclaim and cancel over the shards."""
+
+    async def add(self, bodies: Sequence[bytes]) -> list[str]:
+        """Enqueue bodies round robin over the shards, in parallel (one batch per shard).
+
+        Raises:
+            TypeError: A body is not `bytes` (nothing is added).
+            BackendUnavailableError: A master could not be reached; some bodies may
+                have been added.
+        """
+        for body in bodies:
+            if not isinstance(body, bytes):
+                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        self._check_open()
+        if not bodies:
+            return []
+        await self._record_count()
+        start = self._next_add
+        self._next_add = (start + len(bodies)) % self._count
+        parts: dict[int, list[int]] = {}
+        for index in range(len(bodies)):
+            parts.setdefault((start + index) % self._count, []).append(index)
+        shards = list(parts)
+        replies = await self._gather(
+            [self._shards[s].add([bodies[i] for i in parts[s]]) for s in shards]
+        )
+        ids = [""] * len(bodies)
+        for s, reply in zip(shards, replies, strict=True):
+            for index, message_id in zip(parts[s], reply, strict=True):
+                ids[index] = f"{s}@{message_id}"
+        return ids
+
+    async def receive(
+        self, consumer: str, *, max_messages: int, wait_seconds: float, lease_seconds: float
+    ) -> list[Delivery]:
+        """Lease up to `max_messages` messages from the shards, waiting up to `wait_seconds`.
+
+        See the module docstring for how shards are polled and watched. Not cancel-safe
+        (as a single stream): a cancelled receive may leave messages leased until
+        reclaimed.
+
+        Raises:
+            ValueError: `max_messages` < 1, `wait_seconds` < 0, `lease_seconds` <= 0,
+                or a duration that is not finite.
+            BackendUnavailableError: A master could not be reached.
+            QueueClosedError: The queue is or became closed.
+        """
+        check_count("max_messages", max_messages)
+        _check_consumer(consumer)
+        _milliseconds("wait_seconds", wait_seconds, positive=False)
+        _milliseconds("lease_seconds", lease_seconds, positive=True)
+        self._check_open()
+        deadline = self._clock.monotonic() + wait_seconds
+        while True:
+            order = self._usable(self._rotation("_next_receive"))
+            got = await self._poll(order, consumer, max_messages, lease_seconds)
+            if got:
+                return got
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                return []
+            free = [s for s in order if self._watchers[s] == 0][:max_messages]
+            if not free:
+                await self._await_watch_end(min(remaining, UNWATCHED_RECHECK_SECONDS))
+                continue
+            for s in free:
+                self._watchers[s] += 1
+            try:
+                block = remaining
+                if any(w == 0 for w in self._watchers):
+                    block = min(block, UNWATCHED_RECHECK_SECONDS)
+                got = await self._receive_from(
+                    free, consumer, max_messages, block, lease_seconds, stop=asyncio.Event()
+                )
+            finally:
+                for s in free:
+                    self._watchers[s] -= 1
+                if self._watch_ended is not None:
+                    self._watch_ended.set()
+                    self._watch_ended = None
+            if got:
+                return got
+
+    async def _poll(
+        self, order: list[int], consumer: str, max_messages: int, lease_seconds: float
+    ) -> list[Delivery]:
+        """Receive without blocking from every shard, in `order`, up to `max_messages`.
+
+        In parallel (`max_messages` split between the shards) when every shard can be
+        asked for at least one; else one shard after the other, so a small batch still
+        looks at every shard and never leases more than `max_messages`.
+        """
+        if max_messages >= self._count:
+            return await self._receive_from(
+                order, consumer, max_messages, 0.0, lease_seconds, stop=None
+            )
+        return await self._one_by_one(
+            order,
+            max_messages,
+            lambda shard, remaining: shard.receive(
+                consumer, max_messages=remaining, wait_seconds=0.0, lease_seconds=lease_seconds
+            ),
+        )
+
+    async def _one_by_one(
+        self,
+        order: list[int],
+        limit: int,
+        call: Callable[[RedisStreamsQueue, int], Awaitable[list[Delivery]]],
+    ) -> list[Delivery]:
+        """`call(shard, still wanted)` shard after shard in `order` until `limit` deliveries.
+
+        An unreachable shard is skipped for a while (`_shard_failed`); the error is
+        raised only when every shard of `order` failed.
+        """
+        found: list[Delivery] = []
+        errors: list[BackendUnavailableError] = []
+        for s in order:
+            try:
+                got = await call(self._shards[s], limit - len(found))
+            except BackendUnavailableError as exc:
+                self._shard_failed(s, exc)
+                errors.append(exc)
+                continue
+            self._shard_ok(s)
+            found.extend(self._wrap(s, d) for d in got)
+            if len(found) >= limit:
+                break
+        if errors and len(errors) == len(order):
+            raise errors[0]
+        return found
+
+    async def _await_watch_end(self, seconds: float) -> None:
+        if self._watch_ended is None:
+            self._watch_ended = asyncio.Event()
+        ended = self._watch_ended
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await ended.wait()
+
+    async def _receive_from(
+        self,
+        shards: list[int],
+        consumer: str,
+        max_messages: int,
+        wait_seconds: float,
+        lease_seconds: float,
+        *,
+        stop: asyncio.Event | None,
+    ) -> list[Delivery]:
+        """Receive from `shards` in parallel, `max_messages` split between them.
+
+        With `stop`, the first shard to deliver sets it and the others return at once
+        with whatever they leased; every leased message is returned, and an error is
+        raised only when no shard delivered anything.
+        """
+        shares = _split_evenly(max_messages, len(shards))
+
+        async def one(s: int, share: int) -> list[Delivery]:
+            got = await self._shards[s].receive_until(
+                consumer,
+                max_messages=share,
+                wait_seconds=wait_seconds,
+                lease_seconds=lease_seconds,
+                stop=stop,
+            )
+            if got and stop is not None:
+                stop.set()
+            return [self._wrap(s, d) for d in got]
+
+        async def guarded(s: int, share: int) -> list[Delivery] | BaseException:
+            try:
+                got = await one(s, share)
+            except BackendUnavailableError as exc:
+                # Skipped for a while; the other shards go on (one dead master must not
+                # stop the queue).
+                self._shard_failed(s, exc)
+                return exc
+            except Exception as exc:
+                if stop is not None:
+                    stop.set()
+                return exc
+            self._shard_ok(s)
+            return got
+
+        outcomes = await asyncio.gather(
+            *(guarded(s, n) for s, n in zip(shards, shares, strict=True))
+        )
+        deliveries = [d for o in outcomes if not isinstance(o, BaseException) for d in o]
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        unreachable = [e for e in errors if isinstance(e, BackendUnavailableError)]
+        if errors and not deliveries and (len(errors) == len(shards) or errors != unreachable):
+            # Every shard failed, or one failed otherwise: the caller backs off.
+            raise errors[0]
+        for error in errors:
+            if error not in unreachable:
+                _log.warning("%r: a shard failed while another delivered: %s", self, error)
+        return deliveries
+
+    async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Heartbeat each delivery in its shard (one fenced script per shard, in parallel)."""
+        return await self._by_shard(deliveries, lambda shard, part: shard.heartbeat(part))
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        """Complete each delivery in its shard; returns those not completed by this call."""
+        return await self._by_shard(deliveries, lambda shard, part: shard.ack(part))
+
+    async def release(
+        self, deliveries: Sequence[Delivery], *, delay_seconds: float = 0.0
+    ) -> list[Delivery]:
+        """Re-add owned deliveries to their own shard, ready at once or after the delay."""
+        _milliseconds("delay_seconds", delay_seconds, positive=False)
+        return await self._by_shard(
+            deliveries, lambda shard, part: shard.release(part, delay_seconds=delay_seconds)
+        )
+
+    async def dead_letter(self, deliveries: Sequence[Delivery], *, reason: str) -> list[Delivery]:
+        """Dead-letter owned deliveries in their own shard, in the order given.
+
+        Runs of consecutive deliveries of one shard go in one script, one run after the
+        other (not in parallel), so the dead letters are listed in the order of the
+        batch, as on a single stream. Dead-lettering is rare; the round trips are not.
+        """
+        check_deliveries(deliveries)
+        encode_reason(reason)
+        self._check_open()
+        lost: list[Delivery] = []
+        start = 0
+        while start < len(deliveries):
+            unwrapped = self._unwrap(deliveries[start])
+            end = start + 1
+            if unwrapped is not None:
+                while end < len(deliveries):
+                    after = self._unwrap(deliveries[end])
+                    if after is None or after[0] != unwrapped[0]:
+                        break
+                    end += 1
+            lost += await self._by_shard(
+                deliveries[start:end], lambda shard, part: shard.dead_letter(part, reason=reason)
+            )
+            start = end
+        return lost
+
+    async def reclaim(
+        self, consumer: str, *, lease_seconds: float, max_messages: int
+    ) -> list[Delivery]:
+        """Reclaim lapsed leases shard by shard, from a rotating start, up to `max_messages`."""
+        _milliseconds("lease_seconds", lease_seconds, positive=True)
+        check_count("max_messages", max_messages)
+        _check_consumer(consumer)
+        self._check_open()
+        return await self._one_by_one(
+            self._usable(self._rotation("_next_reclaim")),
+            max_messages,
+            lambda shard, remaining: shard.reclaim(
+                consumer, lease_seconds=lease_seconds, max_messages=remaining
+            ),
+        )
+
+    async def add_requests(self, requests: Sequence[AddRequest]) -> list[Added]:
+        """Add each request in the shard its partition key (or unique key) picks.
+
+        Raises:
+            TypeError: A request is not an `AddRequest`, or a field has the wrong type.
+            ValueError: A duration is negative or not finite, or a key is empty.
+            BackendUnavailableError: A master could not be reached; some of the
+                requests may have been added.
+        """
+        if isinstance(requests, AddRequest):
+            raise TypeError("requests must be a sequence of AddRequest, not a single one")
+        self._check_open()
+        # Every request is checked before any shard adds anything.
+        for request in requests:
+            _encode_request(request)
+        parts: dict[int, list[int]] = {}
+        for index, request in enumerate(requests):
+            parts.setdefault(self._shard_for(request), []).append(index)
+        if not parts:
+            return []
+        await self._record_count()
+        shards = list(parts)
+        replies = await self._gather(
+            [self._shards[s].add_requests([requests[i] for i in parts[s]]) for s in shards]
+        )
+        added: list[Added] = [Added(message_id="")] * len(requests)
+        for s, reply in zip(shards, replies, strict=True):
+            for index, one in zip(parts[s], reply, strict=True):
+                added[index] = Added(message_id=f"{s}@{one.message_id}", added=one.added)
+        return added
+
+    def _shard_for(self, request: AddRequest) -> int:
+        key = request.partition_key if request.partition_key is not None else request.unique_key
+        if key is not None:
+            if not isinstance(key, str) or not key:  # type: ignore[redundant-expr]
+                name = "partition_key" if request.partition_key is not None else "unique_key"
+                raise ValueError(f"{name} must be a non-empty str, got {key!r}")
+            return _hash_shard(key, self._count)
+        shard = self._next_add
+        self._next_add = (shard + 1) % self._count
+        return shard
+
+    async def cancel(self, message_ids: Sequence[str]) -> list[bool]:
+        """Cancel each id in its shard; False for ids of no shard of this queue."""
+        if isinstance(message_ids, str):
+            raise TypeError("message_ids must be a sequence of ids, not a single string")
+        self._check_open()
+        ids = list(message_ids)
+        flags = [False] * len(ids)
+        parts = self._split_ids(ids)
+        shards = list(parts)
+        replies = await self._gather(
+            [self._shards[s].cancel([inner for _, inner in parts[s]]) for s in shards]
+        )
+        for s, reply in zip(shards, replies, strict=True):
+            for (index, _), flag in zip(parts[s], reply, strict=True):
+                flags[index] = flag
+        return flags
