@@ -2,7 +2,9 @@
 
 `browse_messages` pages by stream entry id in one read-only script
 (``lua/browse.lua``): waiting entries are one XRANGE after the group's last-delivered
-id, in-flight ones one extended XPENDING plus an XRANGE per entry.
+id, in-flight ones one extended XPENDING plus an XRANGE per entry. A page of waiting
+ones first moves the delayed messages that are due onto the stream, as a receive does:
+they wait as much as the stream's entries do, and the contract lists them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from taskrunner.queue import BrowsedMessage, BrowseState, check_browse
 
 from .base import QueueBase
 from .receipts import _LEASE_SUFFIX, _caller_name, _Message, _parse_entry
+from .receiving import PROMOTE_BATCH
 from .replies import _as_int, _as_str, _is_stream_id
 from .scripts import SCRIPTS
 
@@ -25,13 +28,14 @@ class BrowseMixin(QueueBase):
     ) -> list[BrowsedMessage]:
         """Up to `limit` messages in `state` after cursor `after`, in stream-entry order.
 
-        One script, one round trip, nothing written (no group is created, no idle time
-        reset). The cursor is the stream entry id: a released message is a new entry at
-        the end of the stream, so it is listed there, under its own message id, with
-        the deliveries it had. Waiting: the entries after the group's last-delivered id
-        (all of them before any receive); a released message whose delay is over is
-        listed once a receive moved it back onto the stream (`stats` counts it ready
-        before). In flight: the group's PEL from the cursor, with the holder, idle time
+        No group is created, no idle time reset, no delivery counted. The cursor is the
+        stream entry id: a released message is a new entry at the end of the stream, so
+        it is listed there, under its own message id, with the deliveries it had.
+        Waiting: the entries after the group's last-delivered id (all of them before
+        any receive), after up to `PROMOTE_BATCH` delayed messages (released or added
+        with a delay) whose delay is over were moved onto the stream as a receive moves
+        them (one more round trip): a due message is listed at the end, never before
+        its delay is over. In flight: the group's PEL from the cursor, with the holder, idle time
         and lease from its group consumer name, the delivery count its entry's base
         plus the PEL's. An entry that is not a taskrunner message is listed with its
         fields as JSON for a body (receive dead-letters it); one whose payload was
@@ -45,6 +49,13 @@ class BrowseMixin(QueueBase):
         if after is not None and not _is_stream_id(after):
             raise ValueError(f"after must be a stream entry id (ms-seq), got {after!r:.60}")
         await self._ready()
+        if state == "waiting":
+            await self._raw.run_script(
+                "browse",
+                SCRIPTS["receive"],
+                self._keys.scheduling,
+                [self._keys.group, PROMOTE_BATCH],
+            )
         reply = await self._raw.run_script(
             "browse",
             SCRIPTS["browse"],
