@@ -45,6 +45,7 @@ from taskrunner.dashboard.data import (
     page_bounds,
     queue_row,
 )
+from taskrunner.dashboard.headers import SecurityHeadersMiddleware
 from taskrunner.dashboard.security import SESSION_COOKIE, Guard
 from taskrunner.errors import BackendError
 from taskrunner.producer import Producer
@@ -544,7 +545,8 @@ def create_app(dashboard: Dashboard) -> Starlette:
         Route("/api/schedules", api_schedules),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    middleware = []
+    # First: outermost, so a response of the host check carries the headers too.
+    middleware = [Middleware(SecurityHeadersMiddleware)]
     if d.allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(d.allowed_hosts)))
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
