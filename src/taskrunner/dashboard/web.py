@@ -195,6 +195,10 @@ def create_app(dashboard: Dashboard) -> Starlette:
     ) -> Callable[[Request], Any]:
         async def wrapped(request: Request) -> Response:
             try:
+                if "name" in request.path_params:
+                    # A queue's page may be the first request (a bookmark): its name
+                    # must be known without the overview having been loaded.
+                    await discover()
                 response: Response = await handler(request)
             except _BadRequestError as exc:
                 return problem(request, 400, str(exc))
