@@ -8,8 +8,10 @@ the overview from ``/api/overview`` every `REFRESH_SECONDS`.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import time
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +59,8 @@ __all__ = ["LOOPBACK_HOSTS", "REFRESH_SECONDS", "Dashboard", "create_app"]
 REFRESH_SECONDS = 2.0
 # Host header values of a dashboard bound to a loopback address.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+# Done messages kept for their redirect; older ones are dropped (never shown).
+FLASHES_KEPT = 64
 # Consumers listed on a queue page.
 CONSUMERS_SHOWN = 100
 _HERE = Path(__file__).parent
@@ -94,6 +98,8 @@ class Dashboard:
     # What the last discovery found: None before one; "listed" / "cannot" / an error.
     names_note: dict[str, Any] | None = None
     names_read_at: float | None = None
+    # Messages of done actions, by the key their redirect carries (shown once).
+    flashes: OrderedDict[str, str] = field(default_factory=OrderedDict)
 
 
 class _BadRequestError(Exception):
@@ -422,7 +428,8 @@ def create_app(dashboard: Dashboard) -> Starlette:
             letters=letters,
             supported=supported,
             cap=DEAD_LETTERS_SHOWN,
-            done=request.query_params.get("done", ""),
+            # Looked up, never echoed: a link cannot make the page say something.
+            done=d.flashes.pop(request.query_params.get("done", ""), ""),
         )
 
     @guarded
@@ -482,9 +489,12 @@ def create_app(dashboard: Dashboard) -> Starlette:
             count = len(await admin.retry_dead_letters(ids))
         else:
             count = await admin.purge_dead_letters(ids)
-        done = f"{action}: {count} dead letter(s)"
+        key = f"{action}-{secrets.token_urlsafe(12)}"
+        d.flashes[key] = f"{action}: {count} dead letter(s)"
+        while len(d.flashes) > FLASHES_KEPT:
+            d.flashes.popitem(last=False)
         return RedirectResponse(
-            request.url_for("dead", name=name).include_query_params(done=done), status_code=303
+            request.url_for("dead", name=name).include_query_params(done=key), status_code=303
         )
 
     async def schedules_data() -> dict[str, Any]:
