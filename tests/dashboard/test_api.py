@@ -321,9 +321,11 @@ def test_a_short_token_is_refused_naming_the_rule() -> None:
 def test_generated_tokens_differ_and_derive_distinct_values() -> None:
     one, two = Guard(), Guard()
     assert one.token != two.token
-    assert one.csrf != one.session
+    session = two.sign_in(0.0)
+    assert one.csrf != session
     assert not one.csrf_matches(two.csrf)
-    assert not one.signed_in(two.session)
+    assert not one.signed_in(session, 0.0)
+    assert two.signed_in(session, 0.0)
 
 
 async def test_workers_are_capped_and_the_page_says_so() -> None:

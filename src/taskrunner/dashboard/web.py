@@ -179,12 +179,15 @@ def create_app(dashboard: Dashboard) -> Starlette:
     templates = Jinja2Templates(env=env)
     d = dashboard
 
+    def signed_in(request: Request) -> bool:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        return d.guard is not None and d.guard.signed_in(cookie, d.clock.monotonic())
+
     def render(request: Request, template: str, code: int = 200, /, **context: Any) -> Response:
         base = {
             "url": d.url,
             "actions": d.guard is not None,
-            "signed_in": d.guard is not None
-            and d.guard.signed_in(request.cookies.get(SESSION_COOKIE)),
+            "signed_in": signed_in(request),
             "csrf": "" if d.guard is None else d.guard.csrf,
             "refresh_ms": int(REFRESH_SECONDS * 1000),
             "has_schedules": d.app is not None and bool(d.app.schedules),
@@ -451,7 +454,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
     def refusal(request: Request) -> str | None:
         if d.guard is None:
             return "read-only dashboard: start it with --allow-actions to retry or purge"
-        if not d.guard.signed_in(request.cookies.get(SESSION_COOKIE)):
+        if not signed_in(request):
             return "sign in with the dashboard token first"
         return None
 
@@ -529,8 +532,27 @@ def create_app(dashboard: Dashboard) -> Starlette:
             return render(request, "login.html", 403, failed=True)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
-            SESSION_COOKIE, d.guard.session, httponly=True, samesite="strict", path="/"
+            SESSION_COOKIE,
+            d.guard.sign_in(d.clock.monotonic()),
+            # A hint for the browser; the expiry that counts is the guard's.
+            max_age=int(d.guard.session_seconds),
+            httponly=True,
+            samesite="strict",
+            path="/",
         )
+        return response
+
+    @guarded
+    async def logout(request: Request) -> Response:
+        if d.guard is None:
+            return problem(request, 403, "read-only dashboard: there is nothing to sign out of")
+        form = await _form(request)
+        # CSRF-checked like the actions: another site must not end the session either.
+        if not d.guard.csrf_matches(form.get("csrf")):
+            return problem(request, 403, "the form's CSRF value is missing or wrong: reload")
+        d.guard.sign_out(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse("/", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
         return response
 
     @contextlib.asynccontextmanager
@@ -549,6 +571,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
         Route("/queues/{name}/dead/{dead_id}", dead_one, name="dead_one"),
         Route("/schedules", schedules_page, name="schedules"),
         Route("/login", login, methods=["GET", "POST"], name="login"),
+        Route("/logout", logout, methods=["POST"], name="logout"),
         Route("/api/queues", api_queues),
         Route("/api/overview", api_overview),
         Route("/api/queues/{name}", api_queue),
