@@ -270,6 +270,27 @@ async def test_an_action_needs_the_session_and_the_csrf_value() -> None:
     assert (await queue.stats()).dead == 0
 
 
+async def test_the_done_message_is_the_servers_not_the_query_strings() -> None:
+    _, board = await _signed_in_board()
+    assert board.guard is not None
+    forged = "purge: 999 dead letter(s). Sign in again at https://evil.example"
+    async with client(board) as http:
+        echoed = await http.get("/queues/jobs/dead", params={"done": forged})
+        await http.post("/login", data={"token": TOKEN})
+        form = {"action": "purge", "id": "all", "csrf": board.guard.csrf}
+        done = await http.post("/queues/jobs/dead/action", data=form)
+        shown = await http.get(done.headers["location"])
+        again = await http.get(done.headers["location"])
+    await board.queues.aclose()
+
+    assert echoed.status_code == 200
+    assert "evil.example" not in echoed.text
+    assert 'id="done"' not in echoed.text
+    assert "Done: purge: 2 dead letter(s)" in shown.text
+    # Shown once: a reload or a shared link does not repeat it.
+    assert 'id="done"' not in again.text
+
+
 async def test_retry_one_moves_only_that_letter_back_to_the_queue() -> None:
     queue, board = await _signed_in_board()
     assert board.guard is not None
@@ -300,9 +321,11 @@ def test_a_short_token_is_refused_naming_the_rule() -> None:
 def test_generated_tokens_differ_and_derive_distinct_values() -> None:
     one, two = Guard(), Guard()
     assert one.token != two.token
-    assert one.csrf != one.session
+    session = two.sign_in(0.0)
+    assert one.csrf != session
     assert not one.csrf_matches(two.csrf)
-    assert not one.signed_in(two.session)
+    assert not one.signed_in(session, 0.0)
+    assert two.signed_in(session, 0.0)
 
 
 async def test_workers_are_capped_and_the_page_says_so() -> None:

@@ -302,6 +302,12 @@ def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots:
     assert first not in dead_ids()
     assert driver.find_element(By.ID, "dead-count").text.startswith("2 dead letter(s)")
 
+    # Sign out by keyboard: the session ends and the actions are gone.
+    driver.find_element(By.ID, "logout").send_keys(Keys.ENTER)
+    wait.until(lambda d: "Sign in for actions" in d.find_element(By.TAG_NAME, "header").text)
+    driver.get(live.base + "/queues/emails/dead")
+    assert not driver.find_elements(By.CSS_SELECTOR, "a.retry")
+
     shown = ("overview", "overview-drained", "queue", "dead-letter", "confirm", "dead-letters")
     for name in shown:
         assert (shots / f"dashboard-{name}.png").stat().st_size > 1000

@@ -133,6 +133,28 @@ def test_allow_actions_prints_a_generated_token(commands: list[Command]) -> None
     assert refused.status_code == 403
 
 
+def test_session_hours_sets_how_long_a_sign_in_lasts(commands: list[Command]) -> None:
+    token = "environment-token-0123456789"
+    env = {"TASKRUNNER_DASHBOARD_TOKEN": token, "TR_DASHBOARD_TOKEN": ""}
+    args = ("--port", "0", "--allow-actions", "--session-hours", "0.5")
+    command = Command("dashboard", *args, env=env)
+    commands.append(command)
+    base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
+    signed = httpx.post(f"{base}/login", data={"token": token}, timeout=10)
+    assert command.interrupt() == 0
+
+    assert signed.status_code == 303
+    assert "Max-Age=1800" in signed.headers["set-cookie"]
+
+
+@pytest.mark.parametrize("hours", ["0", "-1", "nan", "soon"])
+def test_a_session_time_that_is_not_positive_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], hours: str
+) -> None:
+    assert main(["dashboard", "--allow-actions", "--port", "0", "--session-hours", hours]) == 2
+    assert "hours" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("variable", ["TASKRUNNER_DASHBOARD_TOKEN", "TR_DASHBOARD_TOKEN"])
 def test_a_token_from_the_environment_is_not_printed(
     commands: list[Command], variable: str

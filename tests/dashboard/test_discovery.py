@@ -173,3 +173,22 @@ async def test_a_dashboard_told_its_queues_does_not_list_the_backends() -> None:
 
     assert [q["name"] for q in body["queues"]] == ["mine"]
     assert body["discovered"] is None
+
+
+async def test_a_queue_page_of_a_discovered_queue_answers_before_the_overview() -> None:
+    # A bookmarked /queues/NAME is the first request: it must not 404 until / is seen.
+    url = memory_url()
+    await (await open_from_url(url, queue_name="emails")).add([b"m"])
+    board = _discovering(url, FakeClock())
+    async with client(board) as http:
+        page = await http.get("/queues/emails")
+        api = await http.get("/api/queues/emails")
+        dead = await http.get("/api/queues/emails/dead-letters")
+        missing = await http.get("/queues/nowhere")
+    await board.queues.aclose()
+
+    assert page.status_code == 200, page.text
+    assert api.status_code == 200
+    assert api.json()["queue"]["ready"] == 1
+    assert dead.status_code == 200
+    assert missing.status_code == 404

@@ -2,7 +2,8 @@
 
 Serves until SIGINT/SIGTERM. Read-only unless ``--allow-actions``; then the token
 (``TASKRUNNER_DASHBOARD_TOKEN``, or the older ``TR_DASHBOARD_TOKEN``, or a random one
-printed at start) signs a browser in for retry and purge. Binds 127.0.0.1 unless told otherwise.
+printed at start) signs a browser in for retry and purge, for ``--session-hours``
+(8 by default). Binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ def add_parser(commands: argparse._SubParsersAction[Parser], common: Parser) -> 
 
 
 def web_options(parser: argparse.ArgumentParser) -> None:
-    """``--port``, ``--addr``, ``--allow-remote`` and ``--allow-actions`` (shared with the demo)."""
+    """``--port``, ``--addr``, ``--allow-remote``, ``--allow-actions`` and ``--session-hours``.
+
+    Shared with the demo.
+    """
     parser.add_argument(
         "--port", type=_port, default=DEFAULT_PORT, help="port (default: %(default)s; 0: any)"
     )
@@ -70,6 +74,13 @@ def web_options(parser: argparse.ArgumentParser) -> None:
         help="offer retry and purge of dead letters, to a browser signed in with the token "
         "(TASKRUNNER_DASHBOARD_TOKEN, or one printed at start)",
     )
+    parser.add_argument(
+        "--session-hours",
+        type=_hours,
+        default=8.0,
+        metavar="HOURS",
+        help="with --allow-actions: a sign-in lasts this long (default: %(default)s)",
+    )
 
 
 def _port(text: str) -> int:
@@ -80,6 +91,17 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port must be 0-65535, got {port}")
     return port
+
+
+def _hours(text: str) -> float:
+    try:
+        hours = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
+    # Also refuses nan and inf: a session must end.
+    if not 0 < hours < float("inf"):
+        raise argparse.ArgumentTypeError(f"session hours must be positive, got {text}")
+    return hours
 
 
 def import_dashboard() -> Any:
@@ -103,7 +125,7 @@ def dashboard_guard(args: argparse.Namespace) -> Any:
 
     try:
         given = token_from_env(os.environ)
-        guard = Guard(given)
+        guard = Guard(given, session_seconds=args.session_hours * 3600)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if given is None:

@@ -3,7 +3,8 @@
 Actions (retry, purge) change the backend, so they need three things: the dashboard
 was started with ``--allow-actions``; the browser holds a session cookie set by
 signing in with the token (printed at start, or ``TASKRUNNER_DASHBOARD_TOKEN``, or
-the older name ``TR_DASHBOARD_TOKEN``); and
+the older name ``TR_DASHBOARD_TOKEN``), a session that expires (8 hours by
+default) or ends at sign-out; and
 the form carries the CSRF value derived from that token. A page of another origin can
 make the browser send the cookie (it is also SameSite=Strict, so modern browsers do
 not) but cannot read the CSRF value, so its forged form is refused.
@@ -16,7 +17,14 @@ import hmac
 import secrets
 from collections.abc import Mapping
 
-__all__ = ["LEGACY_TOKEN_ENV", "SESSION_COOKIE", "TOKEN_ENV", "Guard", "token_from_env"]
+__all__ = [
+    "DEFAULT_SESSION_SECONDS",
+    "LEGACY_TOKEN_ENV",
+    "SESSION_COOKIE",
+    "TOKEN_ENV",
+    "Guard",
+    "token_from_env",
+]
 
 SESSION_COOKIE = "taskrunner_dashboard"
 # Reserved in taskrunner.settings, so the settings loader does not refuse it as unknown.
@@ -25,6 +33,9 @@ TOKEN_ENV = "TASKRUNNER_DASHBOARD_TOKEN"
 LEGACY_TOKEN_ENV = "TR_DASHBOARD_TOKEN"
 # Shorter tokens are guessable over a local network in hours.
 MIN_TOKEN_LENGTH = 16
+DEFAULT_SESSION_SECONDS = 8 * 3600.0
+# Sessions kept at once; signing in needs the token, so this bounds only a mistake.
+MAX_SESSIONS = 1000
 
 
 def token_from_env(env: Mapping[str, str]) -> str | None:
@@ -47,14 +58,24 @@ def token_from_env(env: Mapping[str, str]) -> str | None:
 class Guard:
     """Checks the session cookie and CSRF value of an action request.
 
+    Signing in with the token opens a session: a random cookie value, its issue time
+    kept here (server-side, so a copied or kept cookie is refused once it expires or
+    is signed out, whatever its Max-Age). Times are the dashboard clock's monotonic
+    seconds, passed in by the caller. Sessions live in this process: a restarted
+    dashboard asks every browser to sign in again.
+
     Args:
         token: The action token; None makes a random one (read it from `token`).
+        session_seconds: How long a session lasts from sign-in (default 8 hours).
 
     Raises:
-        ValueError: `token` is shorter than 16 characters.
+        ValueError: `token` is shorter than 16 characters, or `session_seconds` is
+            not positive.
     """
 
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(
+        self, token: str | None = None, *, session_seconds: float = DEFAULT_SESSION_SECONDS
+    ) -> None:
         if token is None:
             token = secrets.token_urlsafe(24)
         if len(token) < MIN_TOKEN_LENGTH:
@@ -63,20 +84,55 @@ class Guard:
                 f"(got {len(token)}); unset {TOKEN_ENV} and {LEGACY_TOKEN_ENV} to have one "
                 "generated"
             )
+        if not session_seconds > 0:
+            raise ValueError(f"the session time must be positive, got {session_seconds}")
         self.token = token
-        key = token.encode()
-        # The cookie holds a value derived from the token, not the token itself.
-        self.session = hmac.new(key, b"session", hashlib.sha256).hexdigest()
-        self.csrf = hmac.new(key, b"csrf", hashlib.sha256).hexdigest()
+        self.session_seconds = session_seconds
+        self.csrf = hmac.new(token.encode(), b"csrf", hashlib.sha256).hexdigest()
+        # Digest of each live session's cookie -> its issue time. Looked up by digest,
+        # so the lookup's timing says nothing about the cookie values themselves.
+        self._sessions: dict[bytes, float] = {}
 
     def token_matches(self, given: str) -> bool:
         """Whether `given` is the token (constant time)."""
         return hmac.compare_digest(given.encode(), self.token.encode())
 
-    def signed_in(self, cookie: str | None) -> bool:
-        """Whether the session cookie value is this dashboard's (constant time)."""
-        return cookie is not None and hmac.compare_digest(cookie.encode(), self.session.encode())
+    def sign_in(self, now: float) -> str:
+        """Open a session issued at `now`; returns its cookie value (random, unguessable).
+
+        Expired sessions are forgotten here, and past `MAX_SESSIONS` the oldest too.
+        """
+        for digest, issued in list(self._sessions.items()):
+            if not self._live(issued, now):
+                del self._sessions[digest]
+        while len(self._sessions) >= MAX_SESSIONS:
+            del self._sessions[next(iter(self._sessions))]
+        cookie = secrets.token_urlsafe(32)
+        self._sessions[_digest(cookie)] = now
+        return cookie
+
+    def signed_in(self, cookie: str | None, now: float) -> bool:
+        """Whether `cookie` is a live session of this dashboard.
+
+        Live: signed in less than `session_seconds` before `now`, and not signed out.
+        """
+        if cookie is None:
+            return False
+        issued = self._sessions.get(_digest(cookie))
+        return issued is not None and self._live(issued, now)
+
+    def sign_out(self, cookie: str | None) -> None:
+        """End the session of `cookie` (nothing when it is none of them)."""
+        if cookie is not None:
+            self._sessions.pop(_digest(cookie), None)
+
+    def _live(self, issued: float, now: float) -> bool:
+        return now - issued < self.session_seconds
 
     def csrf_matches(self, given: str | None) -> bool:
         """Whether a form's CSRF value is this dashboard's (constant time)."""
         return given is not None and hmac.compare_digest(given.encode(), self.csrf.encode())
+
+
+def _digest(cookie: str) -> bytes:
+    return hashlib.sha256(cookie.encode()).digest()

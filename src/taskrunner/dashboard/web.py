@@ -8,8 +8,10 @@ the overview from ``/api/overview`` every `REFRESH_SECONDS`.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import time
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,7 @@ from taskrunner.dashboard.data import (
     page_bounds,
     queue_row,
 )
+from taskrunner.dashboard.headers import SecurityHeadersMiddleware
 from taskrunner.dashboard.security import SESSION_COOKIE, Guard
 from taskrunner.errors import BackendError
 from taskrunner.producer import Producer
@@ -56,6 +59,8 @@ __all__ = ["LOOPBACK_HOSTS", "REFRESH_SECONDS", "Dashboard", "create_app"]
 REFRESH_SECONDS = 2.0
 # Host header values of a dashboard bound to a loopback address.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+# Done messages kept for their redirect; older ones are dropped (never shown).
+FLASHES_KEPT = 64
 # Consumers listed on a queue page.
 CONSUMERS_SHOWN = 100
 _HERE = Path(__file__).parent
@@ -93,6 +98,8 @@ class Dashboard:
     # What the last discovery found: None before one; "listed" / "cannot" / an error.
     names_note: dict[str, Any] | None = None
     names_read_at: float | None = None
+    # Messages of done actions, by the key their redirect carries (shown once).
+    flashes: OrderedDict[str, str] = field(default_factory=OrderedDict)
 
 
 class _BadRequestError(Exception):
@@ -172,12 +179,15 @@ def create_app(dashboard: Dashboard) -> Starlette:
     templates = Jinja2Templates(env=env)
     d = dashboard
 
+    def signed_in(request: Request) -> bool:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        return d.guard is not None and d.guard.signed_in(cookie, d.clock.monotonic())
+
     def render(request: Request, template: str, code: int = 200, /, **context: Any) -> Response:
         base = {
             "url": d.url,
             "actions": d.guard is not None,
-            "signed_in": d.guard is not None
-            and d.guard.signed_in(request.cookies.get(SESSION_COOKIE)),
+            "signed_in": signed_in(request),
             "csrf": "" if d.guard is None else d.guard.csrf,
             "refresh_ms": int(REFRESH_SECONDS * 1000),
             "has_schedules": d.app is not None and bool(d.app.schedules),
@@ -194,6 +204,10 @@ def create_app(dashboard: Dashboard) -> Starlette:
     ) -> Callable[[Request], Any]:
         async def wrapped(request: Request) -> Response:
             try:
+                if "name" in request.path_params:
+                    # A queue's page may be the first request (a bookmark): its name
+                    # must be known without the overview having been loaded.
+                    await discover()
                 response: Response = await handler(request)
             except _BadRequestError as exc:
                 return problem(request, 400, str(exc))
@@ -417,7 +431,8 @@ def create_app(dashboard: Dashboard) -> Starlette:
             letters=letters,
             supported=supported,
             cap=DEAD_LETTERS_SHOWN,
-            done=request.query_params.get("done", ""),
+            # Looked up, never echoed: a link cannot make the page say something.
+            done=d.flashes.pop(request.query_params.get("done", ""), ""),
         )
 
     @guarded
@@ -439,7 +454,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
     def refusal(request: Request) -> str | None:
         if d.guard is None:
             return "read-only dashboard: start it with --allow-actions to retry or purge"
-        if not d.guard.signed_in(request.cookies.get(SESSION_COOKIE)):
+        if not signed_in(request):
             return "sign in with the dashboard token first"
         return None
 
@@ -477,9 +492,12 @@ def create_app(dashboard: Dashboard) -> Starlette:
             count = len(await admin.retry_dead_letters(ids))
         else:
             count = await admin.purge_dead_letters(ids)
-        done = f"{action}: {count} dead letter(s)"
+        key = f"{action}-{secrets.token_urlsafe(12)}"
+        d.flashes[key] = f"{action}: {count} dead letter(s)"
+        while len(d.flashes) > FLASHES_KEPT:
+            d.flashes.popitem(last=False)
         return RedirectResponse(
-            request.url_for("dead", name=name).include_query_params(done=done), status_code=303
+            request.url_for("dead", name=name).include_query_params(done=key), status_code=303
         )
 
     async def schedules_data() -> dict[str, Any]:
@@ -514,8 +532,27 @@ def create_app(dashboard: Dashboard) -> Starlette:
             return render(request, "login.html", 403, failed=True)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
-            SESSION_COOKIE, d.guard.session, httponly=True, samesite="strict", path="/"
+            SESSION_COOKIE,
+            d.guard.sign_in(d.clock.monotonic()),
+            # A hint for the browser; the expiry that counts is the guard's.
+            max_age=int(d.guard.session_seconds),
+            httponly=True,
+            samesite="strict",
+            path="/",
         )
+        return response
+
+    @guarded
+    async def logout(request: Request) -> Response:
+        if d.guard is None:
+            return problem(request, 403, "read-only dashboard: there is nothing to sign out of")
+        form = await _form(request)
+        # CSRF-checked like the actions: another site must not end the session either.
+        if not d.guard.csrf_matches(form.get("csrf")):
+            return problem(request, 403, "the form's CSRF value is missing or wrong: reload")
+        d.guard.sign_out(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse("/", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
         return response
 
     @contextlib.asynccontextmanager
@@ -534,6 +571,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
         Route("/queues/{name}/dead/{dead_id}", dead_one, name="dead_one"),
         Route("/schedules", schedules_page, name="schedules"),
         Route("/login", login, methods=["GET", "POST"], name="login"),
+        Route("/logout", logout, methods=["POST"], name="logout"),
         Route("/api/queues", api_queues),
         Route("/api/overview", api_overview),
         Route("/api/queues/{name}", api_queue),
@@ -544,7 +582,8 @@ def create_app(dashboard: Dashboard) -> Starlette:
         Route("/api/schedules", api_schedules),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    middleware = []
+    # First: outermost, so a response of the host check carries the headers too.
+    middleware = [Middleware(SecurityHeadersMiddleware)]
     if d.allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(d.allowed_hosts)))
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
