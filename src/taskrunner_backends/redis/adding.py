@@ -30,7 +30,7 @@ from typing import Any
 
 from taskrunner.errors import BackendUnavailableError
 from taskrunner.queue import Added, AddRequest
-from taskrunner_backends.checks import check_text
+from taskrunner_backends.checks import check_ids, check_text
 
 from .arguments import _milliseconds
 from .base import QueueBase
@@ -151,11 +151,10 @@ class AddingMixin(QueueBase):
             completed, dead, cancelled already, unknown or not an id of this backend.
 
         Raises:
-            TypeError: `message_ids` is a single string.
+            TypeError: `message_ids` is a single string, or holds an id that is not a
+                str (`taskrunner_backends.checks.check_ids`, as on every backend).
         """
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        ids = list(message_ids)
+        ids = check_ids(message_ids)
         await self._ready()
         flags = [False] * len(ids)
         valid = [(index, i) for index, i in enumerate(ids) if _is_stream_id(i)]
