@@ -42,3 +42,19 @@ async def test_bad_arguments_raise_the_same_error_with_the_same_text_as_memory(
             differ[label] = {"memory": expected, "redis": got}
     assert await redis_queue.len() == 0
     assert differ == {}, "\n".join(f"{k}: {v}" for k, v in differ.items())
+
+
+async def test_a_fencing_token_is_bounded_at_2_to_the_52_in_the_shared_wording(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    for call in (
+        lambda t: redis_queue.renew_leadership("e", "h", t, ttl_seconds=1),
+        lambda t: redis_queue.resign_leadership("e", "h", t),
+        lambda t: redis_queue.fire(election="e", token=t, schedule="s", instant=1.0, body=b"x"),
+    ):
+        with pytest.raises(
+            ValueError, match=r"^token must be >= 0 and < 2\*\*52, got 4503599627370496$"
+        ):
+            await call(2**52)
+        await call(2**52 - 1)  # the largest token Lua holds exactly is accepted
+    assert await redis_queue.len() == 0
