@@ -16,14 +16,10 @@ from ..argument_calls import BAD_CALLS, refusal
 
 pytestmark = pytest.mark.redis
 
-# Not (yet) shared: Redis's own copies of these checks still word them differently.
-_OWN_WORDING = {
-    "fire_records('s')",
-}
 # A fencing token fits 52 bits on Redis (Lua numbers are doubles), 63 elsewhere: the
 # same check, a different bound in the text.
 _OWN_BOUND = {"renew(token=-1)", "resign(token=2**63)"}
-SHARED = [label for label in BAD_CALLS if label not in _OWN_WORDING | _OWN_BOUND]
+SHARED = [label for label in BAD_CALLS if label not in _OWN_BOUND]
 
 
 async def test_bad_arguments_raise_the_same_error_with_the_same_text_as_memory(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskrunner.queue import FireRecord, LeaderLease
-from taskrunner_backends.checks import check_text, check_token
+from taskrunner_backends.checks import check_names, check_text, check_token
 
 from .arguments import _milliseconds
 from .base import QueueBase
@@ -104,11 +104,7 @@ class LeadershipMixin(QueueBase):
 
     async def fire_records(self, schedules: Sequence[str]) -> dict[str, FireRecord]:
         """The latest fire record of each named schedule that has one."""
-        if isinstance(schedules, str):
-            raise TypeError("schedules must be a sequence of names, not a single string")
-        names = list(dict.fromkeys(schedules))
-        for name in names:
-            check_text("schedule", name)
+        names = list(dict.fromkeys(check_names("schedules", schedules, item="schedule")))
         if not names:
             self._check_open()
             return {}
