@@ -1,4 +1,8 @@
-"""Queue names: '.' and '..' are refused by the App and for every backend URL."""
+"""Queue names: '.' and '..' are refused by the App and for every backend URL.
+
+Each backend also refuses them when opened directly (not through `connect`); the
+Redis and PostgreSQL ones are tested beside their other name checks.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import pytest
 from taskrunner import App, ConfigurationError, cli
 from taskrunner.backends import connect
 from taskrunner.names import check_queue_name
+from taskrunner_backends.memory import open_from_url as open_memory
 
 PATH_STEPS = [".", ".."]
 # Nothing listens on port 1: the check must come before any connection attempt.
@@ -37,6 +42,12 @@ def test_names_with_dots_are_fine(name: str) -> None:
 async def test_no_backend_opens_a_queue_named_by_a_path_step(url: str, name: str) -> None:
     with pytest.raises(ConfigurationError, match="are steps of a path"):
         await connect(url, name)
+
+
+@pytest.mark.parametrize("name", PATH_STEPS)
+async def test_the_memory_backend_opened_directly_refuses_them(name: str) -> None:
+    with pytest.raises(ConfigurationError, match="are steps of a path"):
+        await open_memory("memory://names-test", queue_name=name)
 
 
 @pytest.mark.parametrize("name", PATH_STEPS)

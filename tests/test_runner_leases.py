@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
+
+import pytest
 
 from taskrunner import Delivery, Producer, Runner
 from taskrunner.testing import FakeClock
@@ -17,6 +20,13 @@ class _NoHeartbeatQueue(InMemoryQueue):
 
     async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
         return []
+
+
+class _RestartedWithoutPersistenceQueue(InMemoryQueue):
+    """A handle whose backend forgot every lease, as Redis does restarted without persistence."""
+
+    async def heartbeat(self, deliveries: Sequence[Delivery]) -> list[Delivery]:
+        return list(deliveries)
 
 
 async def _ten_lease_task(*, keeper_works: bool) -> tuple[list[str], InMemoryQueue]:
@@ -137,6 +147,31 @@ async def test_lease_reported_lost_is_not_acked_and_is_counted() -> None:
     assert slow.stats().succeeded == 1  # it ran to the end ...
     assert await queue.len() == 0  # ... but only the new owner's ack completed the message
     assert queue.dead_letters() == []
+
+
+async def test_lease_lost_warning_names_the_task(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="taskrunner.heartbeat")
+    clock = FakeClock()
+    app, queue = make(clock)
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    @app.task
+    async def send_invoice() -> None:
+        started.set()
+        await finish.wait()
+
+    runner = Runner(
+        _RestartedWithoutPersistenceQueue._on_store(queue._store), app, config(), clock=clock
+    )
+    async with running(runner):
+        await Producer(queue, app, clock=clock).dispatch(send_invoice)
+        await clock.run_until(started.is_set, step=0.5, limit=5)
+        await clock.run_until(lambda: runner.stats().lease_lost == 1, step=0.5, limit=LEASE)
+        finish.set()
+
+    [record] = [r for r in caplog.records if r.getMessage().startswith("lease lost")]
+    assert record.__dict__["task"] == send_invoice.name
 
 
 async def test_one_heartbeat_call_per_tick_covers_every_lease() -> None:

@@ -142,7 +142,7 @@ class Executor:
         )
         envelope, task, payload, attempts, refusal = self._prepare(delivery)
         if envelope is not None:
-            attempt.task = envelope.task
+            lease.task = attempt.task = envelope.task
             attempt.task_id = envelope.id
             attempt.enqueued_at = envelope.enqueued_at
             attempt.due_at = envelope.due_at

@@ -159,6 +159,7 @@ class LeaseKeeper:
                     "lease not confirmed for %.1fs; it may have been reclaimed",
                     started - lease.confirmed_at,
                     delivery=lease.delivery,
+                    task=lease.task,
                 )
 
     def _mark_lost(self, lease: Lease) -> None:
@@ -174,4 +175,5 @@ class LeaseKeeper:
             logging.WARNING,
             "lease lost: another worker may run this message; its result will not be acked",
             delivery=lease.delivery,
+            task=lease.task,
         )

@@ -65,6 +65,9 @@ class Lease:
         done: The worker finished with it and it left the table.
         thread: The thread future of a plain ``def`` task that outlived its timeout;
             its worker slot stays taken until the thread returns.
+        task: The task name read from the message when it started, kept here so
+            warnings about the lease name the task even when the message can no
+            longer be read (its data gone after a backend restart); None until read.
     """
 
     delivery: Delivery
@@ -74,6 +77,7 @@ class Lease:
     settling: bool = False
     done: bool = False
     thread: asyncio.Future[Any] | None = None
+    task: str | None = None
 
 
 @dataclass(slots=True)
@@ -132,4 +136,5 @@ def adopt(lease: Lease, delivery: Delivery, now: float, stats: StatsRecorder) ->
         "the new lease instead of starting a second one",
         old_count,
         delivery=delivery,
+        task=lease.task,
     )

@@ -7,100 +7,20 @@ call is made on both backends and the exception's type and text compared.
 
 from __future__ import annotations
 
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
-from taskrunner.queue import (
-    AddRequest,
-    Leadership,
-    Queue,
-    ResultStore,
-    ResultWrite,
-    Scheduling,
-    leadership_of,
-    results_of,
-    scheduling_of,
-)
+from taskrunner.queue import Queue
 from taskrunner_backends.memory import InMemoryQueue
 from taskrunner_backends.postgres import open_from_url
 from taskrunner_backends.postgres.testing import with_options
 
+from ..argument_calls import BAD_CALLS, refusal
+
 pytestmark = pytest.mark.postgres
-
-Call = Callable[[Queue, Scheduling, Leadership, ResultStore], Awaitable[object]]
-
-# label -> the bad call; every one must raise before anything changes.
-BAD_CALLS: dict[str, Call] = {
-    "cancel([5])": lambda q, s, le, r: s.cancel([5]),  # type: ignore[list-item]
-    "cancel('1')": lambda q, s, le, r: s.cancel("1"),
-    "add_requests(one)": lambda q, s, le, r: s.add_requests(AddRequest(body=b"x")),  # type: ignore[arg-type]
-    "add_requests([b'x'])": lambda q, s, le, r: s.add_requests([b"x"]),  # type: ignore[list-item]
-    "due_at='1'": lambda q, s, le, r: s.add_requests([AddRequest(body=b"x", due_at="1")]),  # type: ignore[arg-type]
-    "due_at=nan": lambda q, s, le, r: s.add_requests([AddRequest(body=b"x", due_at=math.nan)]),
-    "delay_seconds=-1": lambda q, s, le, r: s.add_requests(
-        [AddRequest(body=b"x", delay_seconds=-1)]
-    ),
-    "unique_key=''": lambda q, s, le, r: s.add_requests([AddRequest(body=b"x", unique_key="")]),
-    "body str": lambda q, s, le, r: s.add_requests([AddRequest(body="x")]),  # type: ignore[arg-type]
-    "add(['x'])": lambda q, s, le, r: q.add(["x"]),  # type: ignore[list-item]
-    "receive(wait_seconds=inf)": lambda q, s, le, r: q.receive(
-        "c", max_messages=1, wait_seconds=math.inf, lease_seconds=1
-    ),
-    "receive(lease_seconds=0)": lambda q, s, le, r: q.receive(
-        "c", max_messages=1, wait_seconds=0, lease_seconds=0
-    ),
-    "release(delay_seconds='1')": lambda q, s, le, r: q.release([], delay_seconds="1"),  # type: ignore[arg-type]
-    "acquire(ttl_seconds=0)": lambda q, s, le, r: le.acquire_leadership("e", "h", ttl_seconds=0),
-    "acquire(name='')": lambda q, s, le, r: le.acquire_leadership("", "h", ttl_seconds=1),
-    "renew(token=True)": lambda q, s, le, r: le.renew_leadership("e", "h", True, ttl_seconds=1),
-    "renew(token=-1)": lambda q, s, le, r: le.renew_leadership("e", "h", -1, ttl_seconds=1),
-    "resign(token=2**63)": lambda q, s, le, r: le.resign_leadership("e", "h", 2**63),
-    "fire(instant=inf)": lambda q, s, le, r: le.fire(
-        election="e", token=1, schedule="s", instant=math.inf, body=b"x"
-    ),
-    "fire(body=str)": lambda q, s, le, r: le.fire(
-        election="e",
-        token=1,
-        schedule="s",
-        instant=1.0,
-        body="x",  # type: ignore[arg-type]
-    ),
-    "fire_records('s')": lambda q, s, le, r: le.fire_records("s"),
-    "fire_records([''])": lambda q, s, le, r: le.fire_records([""]),
-    "put_results(one)": lambda q, s, le, r: r.put_results(
-        ResultWrite(message_id="1", body=b"x", ttl_seconds=1)  # type: ignore[arg-type]
-    ),
-    "put_results(ttl=0)": lambda q, s, le, r: r.put_results(
-        [ResultWrite(message_id="1", body=b"x", ttl_seconds=0)]
-    ),
-    "put_results(id=5)": lambda q, s, le, r: r.put_results(
-        [ResultWrite(message_id=5, body=b"x", ttl_seconds=1)]  # type: ignore[arg-type]
-    ),
-    "get_results([5])": lambda q, s, le, r: r.get_results([5]),  # type: ignore[list-item]
-    "delete_results('1')": lambda q, s, le, r: r.delete_results("1"),
-    "wait_result('')": lambda q, s, le, r: r.wait_result("", timeout_seconds=0),
-    "wait_result(timeout=-1)": lambda q, s, le, r: r.wait_result("1", timeout_seconds=-1),
-}
-
-
-def _parts(queue: Queue) -> tuple[Queue, Scheduling, Leadership, ResultStore]:
-    scheduling, leadership, results = scheduling_of(queue), leadership_of(queue), results_of(queue)
-    assert scheduling is not None
-    assert leadership is not None
-    assert results is not None
-    return queue, scheduling, leadership, results
-
-
-async def _refusal(call: Call, queue: Queue) -> tuple[str, str]:
-    try:
-        await call(*_parts(queue))
-    except (TypeError, ValueError) as exc:
-        return type(exc).__name__, str(exc)
-    return "no error", ""
 
 
 @asynccontextmanager
@@ -119,9 +39,9 @@ async def test_every_bad_argument_raises_the_same_error_with_the_same_text(
     differ: dict[str, Any] = {}
     async with _postgres(with_options(postgres_url, schema=postgres_schema)) as postgres:
         for label, call in BAD_CALLS.items():
-            expected = await _refusal(call, memory)
+            expected = await refusal(call, memory)
             assert expected[0] != "no error", f"memory accepted {label}"
-            got = await _refusal(call, postgres)
+            got = await refusal(call, postgres)
             if got != expected:
                 differ[label] = {"memory": expected, "postgres": got}
         assert await postgres.len() == 0

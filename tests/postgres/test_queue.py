@@ -25,6 +25,8 @@ from taskrunner_backends.postgres.queue import SAFETY_POLL_SECONDS
 from taskrunner_backends.postgres.schema import LATEST_VERSION, MIGRATIONS, migrate
 from taskrunner_backends.postgres.testing import age_lease, with_options
 
+from .support import Migrated, database
+
 pytestmark = pytest.mark.postgres
 
 # Wakes must come from a notification or a due time, so well under the safety poll.
@@ -102,6 +104,17 @@ async def test_nul_in_names_is_a_value_error_before_anything_changes(url: str) -
         stats = await queue.stats()
         assert (stats.ready, stats.in_flight, stats.dead) == (1, 0, 0)
         assert await queue.live_workers() == []
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+async def test_a_path_step_is_refused_as_a_queue_name_built_or_opened(
+    url: str, schema: Migrated, name: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="are steps of a path"):
+        await open_from_url(url, queue_name=name)
+    async with database(schema) as db:
+        with pytest.raises(ConfigurationError, match="are steps of a path"):
+            PostgresQueue(db, queue_name=name, conninfo=schema.url)
 
 
 async def test_blocked_receive_wakes_on_an_add_from_another_handle(url: str) -> None:

@@ -14,7 +14,7 @@ from taskrunner.errors import (
 )
 from taskrunner.redaction import mask_url
 from taskrunner_backends.redis import RedisStreamsQueue, open_from_url
-from taskrunner_backends.redis.keys import QueueKeys, namespace_pattern
+from taskrunner_backends.redis.keys import QueueKeys, namespace_pattern, shard_tag
 from taskrunner_backends.redis.queue import check_server
 from taskrunner_backends.redis.scripts import SCRIPTS
 from taskrunner_backends.redis.url import split_url
@@ -102,6 +102,24 @@ def test_constructor_rejects_names_that_break_the_hash_tag() -> None:
         RedisStreamsQueue(client, queue_name="q", namespace="x*")
     with pytest.raises(TypeError):
         RedisStreamsQueue(object(), queue_name="q")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+async def test_a_queue_built_directly_refuses_a_path_step_as_its_name(name: str) -> None:
+    # Dots are in the key alphabet, so only the shared rule catches these; not only
+    # through a URL but whenever a queue's keys are made.
+    client = aioredis.Redis()
+    with pytest.raises(ConfigurationError, match="are steps of a path"):
+        RedisStreamsQueue(client, queue_name=name)
+    with pytest.raises(ConfigurationError, match="are steps of a path"):
+        QueueKeys(namespace="taskrunner", queue_name=name)
+    with pytest.raises(ConfigurationError, match="are steps of a path"):
+        shard_tag(name, 0, 3)  # a partitioned queue's shards
+    with pytest.raises(ConfigurationError, match="are steps of a path"):
+        await open_from_url("redis://127.0.0.1:1/0", queue_name=name)
+    RedisStreamsQueue(client, queue_name="v1.2")  # other names with dots are fine
+    assert QueueKeys(namespace="taskrunner", queue_name="v1.2").stream == "taskrunner:{v1.2}:stream"
+    await client.aclose()
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from taskrunner.clock import Clock
 from taskrunner.errors import ConfigurationError
+from taskrunner.names import check_queue_name
 
 from .queue import InMemoryQueue
 from .store import _NAMED_STORES
@@ -26,8 +27,10 @@ async def open_from_url(url: str, *, queue_name: str, clock: Clock | None = None
     first opener's clock and options win.
 
     Raises:
-        ConfigurationError: An unknown option or a value that is not a boolean.
+        ConfigurationError: An unknown option, a value that is not a boolean, or a
+            queue name no backend takes (`taskrunner.names.check_queue_name`).
     """
+    check_queue_name(queue_name)
     parts = urlsplit(url)
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     unknown = sorted(set(options) - set(_URL_OPTIONS))

@@ -36,6 +36,7 @@ from taskrunner.errors import (
     ConfigurationError,
     QueueClosedError,
 )
+from taskrunner.names import check_queue_name
 from taskrunner.queue import (
     CONTRACT_VERSION,
     AddRequest,
@@ -396,7 +397,8 @@ class PostgresQueue:
 
     Args:
         db: The pool and schema (closed by `aclose`).
-        queue_name: The queue.
+        queue_name: The queue; ``.`` and ``..`` raise `ConfigurationError`, as on every
+            backend.
         conninfo: The libpq connection string, for the LISTEN connection.
         clock: Bounds the waits of `receive` and `wait_result`; leases and delays are
             measured on the server's clock, whatever this is.
@@ -417,7 +419,7 @@ class PostgresQueue:
         durable: bool = True,
         display: str = "",
     ) -> None:
-        self._queue = check_text("queue_name", queue_name)
+        self._queue = check_queue_name(check_text("queue_name", queue_name))
         self._db = db
         self._clock: Clock = clock or SystemClock()
         self._capabilities = _BASE if durable else _NOT_DURABLE
@@ -924,7 +926,7 @@ async def open_from_url(url: str, *, queue_name: str, clock: Clock | None = None
         BackendUnavailableError: The server could not be reached.
     """
     parsed = parse_url(url)
-    check_text("queue_name", queue_name)
+    check_queue_name(check_text("queue_name", queue_name))
     db = await _open_database(parsed)
     try:
         durable = await _prepare_schema(db, parsed)

@@ -24,13 +24,12 @@ connection by ``WAIT 1`` or ``WAITAOF 0 1``, in the same round trip.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from taskrunner.errors import BackendUnavailableError
 from taskrunner.queue import Added, AddRequest
-from taskrunner_backends.checks import check_text
+from taskrunner_backends.checks import check_ids, check_request
 
 from .arguments import _milliseconds
 from .base import QueueBase
@@ -151,11 +150,10 @@ class AddingMixin(QueueBase):
             completed, dead, cancelled already, unknown or not an id of this backend.
 
         Raises:
-            TypeError: `message_ids` is a single string.
+            TypeError: `message_ids` is a single string, or holds an id that is not a
+                str (`taskrunner_backends.checks.check_ids`, as on every backend).
         """
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        ids = list(message_ids)
+        ids = check_ids(message_ids)
         await self._ready()
         flags = [False] * len(ids)
         valid = [(index, i) for index, i in enumerate(ids) if _is_stream_id(i)]
@@ -198,28 +196,22 @@ class AddingMixin(QueueBase):
 
 
 def _encode_request(request: AddRequest) -> tuple[Arg, Arg, Arg, Arg, Arg]:
-    """The five script arguments of one request, after checking every field."""
-    if not isinstance(request, AddRequest):
-        raise TypeError(f"expected AddRequest, got {type(request).__name__}")
-    if not isinstance(request.body, bytes):
-        raise TypeError(f"message body must be bytes, not {type(request.body).__name__}")
+    """The five script arguments of one request, after checking every field.
+
+    The partitioned queue calls it to check a whole batch before any shard adds.
+    """
+    check_request(request)
     mode: str = "r"
     value: Arg = ""
     delay_ms = _milliseconds("delay_seconds", request.delay_seconds, positive=False)
     if request.due_at is not None:
-        due_at = request.due_at
-        if isinstance(due_at, bool) or not isinstance(due_at, int | float):
-            raise TypeError(f"due_at must be a number of seconds, not {type(due_at).__name__}")
-        if not math.isfinite(due_at):
-            raise ValueError(f"due_at must be finite, got {due_at}")
         # Converted to ms on the server (its clock decides what is past).
-        mode, value = "a", repr(float(due_at))
+        mode, value = "a", repr(float(request.due_at))
     elif delay_ms > 0:
         mode, value = "d", delay_ms
     key: Arg = ""
     unique_ms: Arg = ""
     if request.unique_key is not None:
-        check_text("unique_key", request.unique_key)
         key = request.unique_key
     if request.unique_seconds is not None:
         unique_ms = _milliseconds("unique_seconds", request.unique_seconds, positive=False)

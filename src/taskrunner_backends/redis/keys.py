@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from redis.crc import key_slot as _crc_slot
 
 from taskrunner.errors import ConfigurationError
+from taskrunner.names import check_queue_name
 
 __all__ = ["GROUP", "SLOTS", "QueueKeys", "key_slot", "namespace_pattern", "shard_tag"]
 
@@ -64,6 +65,11 @@ def _check_name(value: str, setting: str) -> str:
             setting=setting,
         )
     return value
+
+
+def _check_queue_name(value: str) -> str:
+    # The alphabet allows dots; '.' and '..' are refused as on every backend.
+    return check_queue_name(_check_name(value, "queue_name"))
 
 
 # A shard's hash tag: the queue name, '#', the shard number and a salt that places its
@@ -89,7 +95,7 @@ def shard_tag(queue_name: str, shard: int, shards: int) -> str:
     share a master 7 times in 9 by chance). Deterministic: every client computes the
     same tags.
     """
-    _check_name(queue_name, "queue_name")
+    _check_queue_name(queue_name)
     low = shard * SLOTS // shards
     high = (shard + 1) * SLOTS // shards
     salt = 0
@@ -122,7 +128,7 @@ class QueueKeys:
 
     def __post_init__(self) -> None:
         _check_name(self.namespace, "namespace")
-        _check_name(self.queue_name, "queue_name")
+        _check_queue_name(self.queue_name)
         if self.shard and not _SHARD_TAG.fullmatch(self.shard):
             raise ValueError(f"not a shard tag: {self.shard!r}")
 

@@ -14,13 +14,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskrunner.queue import FireRecord, LeaderLease
-from taskrunner_backends.checks import check_text
+from taskrunner_backends.checks import check_names, check_text, check_token
 
-from .arguments import _MAX_MS, _milliseconds
+from .arguments import _milliseconds
 from .base import QueueBase
 from .client import Arg
 from .replies import _as_int, _as_str
 from .scripts import SCRIPTS
+
+# Tokens go through Lua, whose numbers are doubles: exact below 2**52 only.
+_TOKEN_BITS = 52
 
 __all__ = ["LeadershipMixin"]
 
@@ -56,7 +59,7 @@ class LeadershipMixin(QueueBase):
         """
         check_text("name", name)
         check_text("holder", holder)
-        _check_token(token)
+        check_token(token, bits=_TOKEN_BITS)
         ttl_ms = _milliseconds("ttl_seconds", ttl_seconds, positive=True)
         return _lease(name, await self._leadership("renew", name, holder, token, ttl_ms))
 
@@ -68,7 +71,7 @@ class LeadershipMixin(QueueBase):
         """
         check_text("name", name)
         check_text("holder", holder)
-        _check_token(token)
+        check_token(token, bits=_TOKEN_BITS)
         return _as_int(await self._leadership("resign", name, holder, token)) == 1
 
     async def current_leader(self, name: str) -> LeaderLease | None:
@@ -87,7 +90,7 @@ class LeadershipMixin(QueueBase):
         """
         check_text("election", election)
         check_text("schedule", schedule)
-        _check_token(token)
+        check_token(token, bits=_TOKEN_BITS)
         if not isinstance(body, bytes):
             raise TypeError(f"message body must be bytes, not {type(body).__name__}")
         if isinstance(instant, bool) or not isinstance(instant, int | float):
@@ -101,11 +104,7 @@ class LeadershipMixin(QueueBase):
 
     async def fire_records(self, schedules: Sequence[str]) -> dict[str, FireRecord]:
         """The latest fire record of each named schedule that has one."""
-        if isinstance(schedules, str):
-            raise TypeError("schedules must be a sequence of names, not a single string")
-        names = list(dict.fromkeys(schedules))
-        for name in names:
-            check_text("schedule", name)
+        names = list(dict.fromkeys(check_names("schedules", schedules, item="schedule")))
         if not names:
             self._check_open()
             return {}
@@ -126,13 +125,6 @@ class LeadershipMixin(QueueBase):
             (self._keys.leaders, self._keys.fired, self._keys.stream),
             (op, *args),
         )
-
-
-def _check_token(token: int) -> None:
-    if isinstance(token, bool) or not isinstance(token, int):
-        raise TypeError(f"token must be an int, not {type(token).__name__}")
-    if not 0 <= token < _MAX_MS:
-        raise ValueError(f"token must be >= 0 and < 2**52, got {token}")
 
 
 def _lease(name: str, reply: object) -> LeaderLease | None:

@@ -51,7 +51,7 @@ from typing import Any
 
 from taskrunner.errors import BackendError, QueueClosedError
 from taskrunner.queue import ResultWrite
-from taskrunner_backends.checks import check_text
+from taskrunner_backends.checks import check_ids, check_text
 
 from .arguments import _milliseconds
 from .base import QueueBase
@@ -497,12 +497,8 @@ class ResultsMixin(QueueBase):
 
 def _result_ids(message_ids: Sequence[str]) -> list[str | None]:
     """`message_ids` with None for each id no result can be stored under."""
-    if isinstance(message_ids, str):
-        raise TypeError("message_ids must be a sequence of ids, not a single string")
     ids: list[str | None] = []
-    for message_id in message_ids:
-        if not isinstance(message_id, str):
-            raise TypeError(f"message ids must be str, not {type(message_id).__name__}")
+    for message_id in check_ids(message_ids):
         try:
             message_id.encode("utf-8")
         except UnicodeEncodeError:
