@@ -17,23 +17,24 @@ notification was lost (the listener's connection dropped), so it never busy-poll
 
 Durations are measured on the server's clock (``clock_timestamp()``), never the
 client's: workers on machines with skewed clocks agree on every lease.
+
+Opening the pool and checking the schema live in `opening` (re-exported here, with
+`open_from_url` building the queue on top). What stays is over 800 lines on purpose: the
+lease statements and the `PostgresQueue` methods that run them are read side by side,
+since each statement's ``WHERE`` is the receipt check its method's guarantee rests on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-import psycopg_pool
 
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.errors import (
     BackendError,
-    BackendUnavailableError,
-    ConfigurationError,
     QueueClosedError,
 )
 from taskrunner.names import check_queue_name
@@ -67,11 +68,11 @@ from taskrunner_backends.checks import (
 )
 
 from .browse import PostgresBrowser, PostgresQueueNames
-from .db import Database, probe_connection
-from .errors import translate_errors
+from .db import Database
 from .leadership import PostgresLeadership
 from .listener import Listener
 from .lookup import PostgresLookup
+from .opening import migrate_from_url, open_database, prepare_schema
 from .results import PostgresResults
 from .scheduling import (
     MAX_SECONDS,
@@ -81,12 +82,11 @@ from .scheduling import (
     parse_message_id,
     storable_text,
 )
-from .schema import migrate, notify_channel, schema_state
-from .url import PostgresUrl, parse_url
+from .schema import notify_channel
+from .url import parse_url
 
+# migrate_from_url lives in `opening`; it stays importable from here, as it always was.
 __all__ = ["SAFETY_POLL_SECONDS", "PostgresQueue", "migrate_from_url", "open_from_url"]
-
-_log = logging.getLogger("taskrunner.postgres")
 
 #: A waiting receive looks again at least this often, in case a notification was lost.
 SAFETY_POLL_SECONDS = 1.0
@@ -97,11 +97,6 @@ _LOCKED_POLL_SECONDS = 0.05
 
 _MAX_INT4 = 2**31 - 1
 _MAX_INT8 = 2**63 - 1
-
-# Longest stretch the pool retries one connection before leaving it to the next call.
-_RECONNECT_SECONDS = 5.0
-# Longest wait for the one connection attempt that explains a failed open.
-_PROBE_SECONDS = 2.0
 
 _BASE = Capabilities(
     blocking_receive=True,
@@ -840,79 +835,6 @@ class PostgresQueue:
         ]
 
 
-async def _open_database(parsed: PostgresUrl) -> Database:
-    # One direct connection first: a refused or failing one is reported at once in one
-    # line, where the pool would retry (logging a warning each time) for pool_timeout.
-    refused = await probe_connection(parsed.conninfo, parsed.pool_timeout, parsed.secrets)
-    if refused is not None:
-        raise BackendUnavailableError(
-            f"cannot connect to PostgreSQL at {parsed.display}: {refused}"
-        )
-    pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-        parsed.conninfo,
-        min_size=parsed.pool_min,
-        max_size=parsed.pool_max,
-        timeout=parsed.pool_timeout,
-        open=False,
-        kwargs={"autocommit": True},
-        name=f"taskrunner:{parsed.schema}",
-        # psycopg_pool doubles its reconnect delay without bound until reconnect_timeout
-        # (default 5 min): after a minute-long outage its next attempt could be half a
-        # minute away. Giving up sooner frees the slot, and the next call starts a
-        # fresh attempt at once, so a returning server is found within seconds.
-        reconnect_timeout=min(parsed.pool_timeout, _RECONNECT_SECONDS),
-    )
-    try:
-        with translate_errors(f"connect to {parsed.display}", parsed.secrets):
-            await pool.open(wait=True, timeout=parsed.pool_timeout)
-    except BackendError as exc:
-        await pool.close()
-        # The pool's own error says only that it timed out (its attempts' reasons go to
-        # its log): one attempt of our own gets libpq's reason, e.g. connection refused.
-        reason = await probe_connection(
-            parsed.conninfo, min(parsed.pool_timeout, _PROBE_SECONDS), parsed.secrets
-        )
-        raise BackendUnavailableError(
-            f"cannot connect to PostgreSQL at {parsed.display} within "
-            f"{parsed.pool_timeout:g} s (pool_timeout): {reason or exc.__cause__ or exc}"
-        ) from exc
-    except BaseException:
-        await pool.close()
-        raise
-    return Database(pool, parsed.schema, secrets=parsed.secrets)
-
-
-async def _prepare_schema(db: Database, parsed: PostgresUrl) -> bool:
-    """Check (and, with migrate=auto, apply) the schema; returns whether commits are durable."""
-    async with db.connection("open") as conn:
-        state = await schema_state(conn, parsed.schema)
-        if state.version > state.latest:
-            raise ConfigurationError(
-                f"schema {parsed.schema!r} at {parsed.display} is at version {state.version}, "
-                f"newer than this taskrunner's {state.latest}: upgrade taskrunner",
-                setting="url",
-            )
-        if not state.current:
-            if parsed.migrate == "never":
-                raise ConfigurationError(
-                    f"schema {parsed.schema!r} at {parsed.display} is at version "
-                    f"{state.version}, not {state.latest}, and the URL says migrate=never: "
-                    f"run `taskrunner db migrate --url ...` first",
-                    setting="url",
-                )
-            applied = await migrate(conn, parsed.schema)
-            for step in applied:
-                _log.info(
-                    "schema %s migrated to version %d: %s",
-                    parsed.schema,
-                    step.version,
-                    step.description,
-                )
-        cursor = await conn.execute("SHOW synchronous_commit")
-        row = await cursor.fetchone()
-    return not (row is not None and str(row[0]).lower() == "off")
-
-
 async def open_from_url(url: str, *, queue_name: str, clock: Clock | None = None) -> PostgresQueue:
     """Open the queue `queue_name` at `url` (the engine's entry point for postgresql://).
 
@@ -927,9 +849,9 @@ async def open_from_url(url: str, *, queue_name: str, clock: Clock | None = None
     """
     parsed = parse_url(url)
     check_queue_name(check_text("queue_name", queue_name))
-    db = await _open_database(parsed)
+    db = await open_database(parsed)
     try:
-        durable = await _prepare_schema(db, parsed)
+        durable = await prepare_schema(db, parsed)
         queue = PostgresQueue(
             db,
             queue_name=queue_name,
@@ -943,23 +865,3 @@ async def open_from_url(url: str, *, queue_name: str, clock: Clock | None = None
         await db.aclose()
         raise
     return queue
-
-
-async def migrate_from_url(url: str) -> list[str]:
-    """Bring the schema `url` names to the latest version; returns what was applied.
-
-    Each applied step is described as ``"<version>: <description>"``; an empty list
-    means the schema was already up to date.
-
-    Raises:
-        ConfigurationError: A bad URL, or a schema newer than this taskrunner.
-        BackendUnavailableError: The server could not be reached.
-    """
-    parsed = parse_url(url)
-    db = await _open_database(parsed)
-    try:
-        async with db.connection("migrate") as conn:
-            applied = await migrate(conn, parsed.schema)
-    finally:
-        await db.aclose()
-    return [f"{step.version}: {step.description}" for step in applied]
