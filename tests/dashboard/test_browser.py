@@ -204,6 +204,7 @@ def shots(tmp_path: Path) -> Path:
 
 # The browser first: without one the test skips before the dashboard is started.
 def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots: Path) -> None:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -211,7 +212,13 @@ def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots:
 
     assert isinstance(browser, WebDriver)
     driver = browser
-    wait = WebDriverWait(driver, WAIT_SECONDS)
+    # A page that navigates (sign-out, a confirmed action) or refreshes itself can replace
+    # an element between finding it and reading it: the wait tries again until its deadline.
+    wait = WebDriverWait(
+        driver,
+        WAIT_SECONDS,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    )
 
     def cell(field: str) -> str:
         selector = f'tr[data-queue="emails"] td[data-field="{field}"]'
