@@ -84,7 +84,32 @@ def _print_status(status: dict[str, Any], state: str, out: Output) -> None:
     shown = "none (never migrated)" if version == 0 else str(version)
     out.line(f"version  {shown}; this taskrunner writes {status.get('latest')}")
     out.line(f"state    {_WORDS.get(state, state)}")
-    queues = status.get("queues")
+    for step in status.get("pending") or ():
+        out.line(f"pending  {step['version']}: {step['description']}")
+    _print_queues(status.get("queues"), out)
+    tables = status.get("tables")
+    if tables:
+        out.line()
+        out.table(
+            ["TABLE", "SIZE", "LIVE ROWS", "DEAD ROWS"],
+            [
+                [str(t["table"]), _size(int(t["bytes"])), str(t["live_rows"]), str(t["dead_rows"])]
+                for t in tables
+            ],
+        )
+
+
+def _size(size: int) -> str:
+    """Bytes in the largest unit that keeps a whole number in front (``72 kB``)."""
+    units = ("B", "kB", "MB", "GB")
+    step = 0
+    while size >= 1024 and step < len(units) - 1:
+        size //= 1024
+        step += 1
+    return f"{size} {units[step]}"
+
+
+def _print_queues(queues: Any, out: Output) -> None:
     if queues is None:
         return
     if not queues:

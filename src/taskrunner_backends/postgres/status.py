@@ -2,8 +2,10 @@
 
 `status_from_url` is the backend's hook for `taskrunner.backends.schema_status`. It
 reads and changes nothing: one connection of its own (no pool, so a refused
-connection's own error is what the caller sees), `schema_state`, and when the schema is
-at the version this taskrunner writes, one statement counting the rows of every queue.
+connection's own error is what the caller sees), `schema_state`, the migrations still
+to apply, each table's size and live and dead rows (the statistics collector's
+figures, which lag by up to a few seconds), and when the schema is at the version this
+taskrunner writes, one statement counting the rows of every queue.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from taskrunner.errors import BackendUnavailableError
 from taskrunner.redaction import mask_secrets
 
 from .errors import translate_errors
-from .schema import schema_state
+from .schema import MIGRATIONS, schema_state
 from .url import parse_url
 
 __all__ = ["UP_TO_DATE", "NEEDS_MIGRATE", "NEWER", "status_from_url"]
@@ -54,6 +56,19 @@ ORDER BY 1
 """
 
 
+# Every table of the schema: its size on disk with indexes and TOAST, and the
+# statistics collector's live and dead row estimates (dead rows wait for vacuum).
+_TABLES = """
+SELECT c.relname, pg_total_relation_size(c.oid),
+       coalesce(t.n_live_tup, 0), coalesce(t.n_dead_tup, 0)
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables t ON t.relid = c.oid
+WHERE n.nspname = %s AND c.relkind IN ('r', 'p')
+ORDER BY c.relname
+"""
+
+
 def _state(version: int, latest: int) -> State:
     if version == latest:
         return "up-to-date"
@@ -65,7 +80,10 @@ async def status_from_url(url: str) -> dict[str, Any]:
 
     Returns a JSON-ready mapping: ``schema``, ``version`` (0: never migrated),
     ``latest`` (the version this taskrunner writes), ``state`` (`UP_TO_DATE`,
-    `NEEDS_MIGRATE` or `NEWER`) and ``queues``: a list of ``{"queue", "ready",
+    `NEEDS_MIGRATE` or `NEWER`), ``pending`` (the migrations ``db migrate`` would apply,
+    ``{"version", "description"}`` in order), ``tables`` (``{"table", "bytes",
+    "live_rows", "dead_rows"}`` of every table of the schema, by name; empty when the
+    schema does not exist) and ``queues``: a list of ``{"queue", "ready",
     "delayed", "in_flight", "dead"}`` sorted by name, or None when the schema is not at
     this taskrunner's version (its tables are missing, or their layout unknown here).
     Nothing is written; the counts are one scan of ``messages`` and ``dead_letters``.
@@ -100,6 +118,16 @@ async def status_from_url(url: str) -> dict[str, Any]:
     try:
         with translate_errors(f"status of schema {parsed.schema!r}", parsed.secrets):
             state = await schema_state(conn, parsed.schema)
+            cursor = await conn.execute(_TABLES, (parsed.schema,))
+            tables = [
+                {
+                    "table": str(name),
+                    "bytes": int(size),
+                    "live_rows": int(live),
+                    "dead_rows": int(dead),
+                }
+                for name, size, live, dead in await cursor.fetchall()
+            ]
             queues: list[dict[str, Any]] | None = None
             if state.current:
                 cursor = await conn.execute(
@@ -123,5 +151,11 @@ async def status_from_url(url: str) -> dict[str, Any]:
         "version": state.version,
         "latest": state.latest,
         "state": _state(state.version, state.latest),
+        "pending": [
+            {"version": m.version, "description": m.description}
+            for m in MIGRATIONS
+            if m.version > state.version
+        ],
+        "tables": tables,
         "queues": queues,
     }
