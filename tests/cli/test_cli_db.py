@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 
 from taskrunner import open_queue
-from taskrunner.cli.db import EXIT_NEEDS_MIGRATE, EXIT_NEWER
+from taskrunner.cli.db import EXIT_NEEDS_MIGRATE, EXIT_NEWER, _size
 from taskrunner.errors import ConfigurationError
 from taskrunner.queue import AddRequest, scheduling_of
 from taskrunner_backends.postgres.local_server import LocalPostgres
@@ -311,3 +311,22 @@ def test_status_of_bad_urls_and_schemaless_backends_exits_2(
     assert message in result.err
     assert result.err.count("\n") == 1
     assert "hunter2" not in result.err
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1 kB"),
+        (1024**2 - 1, "1023 kB"),
+        (1024**2, "1 MB"),
+        (1024**3 * 5 + 1, "5 GB"),
+        # GB is the largest unit: a whole number in front, however many.
+        (1024**4, "1024 GB"),
+    ],
+)
+def test_table_sizes_are_shown_in_the_largest_unit_with_a_whole_number(
+    size: int, shown: str
+) -> None:
+    assert _size(size) == shown

@@ -1,4 +1,4 @@
-"""Browsing (the ``browse`` part): pages of waiting or in-flight messages, read only.
+"""Browsing (the ``browse`` part): pages of waiting or in-flight messages.
 
 `browse_messages` pages by stream entry id in one read-only script
 (``lua/browse.lua``): waiting entries are one XRANGE after the group's last-delivered
@@ -21,7 +21,7 @@ __all__ = ["BrowseMixin"]
 
 
 class BrowseMixin(QueueBase):
-    """`browse_messages`: a read-only page of waiting or in-flight messages."""
+    """`browse_messages`: a page of waiting or in-flight messages, changing none of them."""
 
     async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
