@@ -46,6 +46,28 @@ class TaskContext:
     scheduled_for: datetime | None = None
 
     @property
+    def fence(self) -> int:
+        """A fencing token for this attempt's own external writes.
+
+        Guarantee: every new lease of the message (first delivery, redelivery after a
+        retry, reclaim after a lapsed lease) has a larger fence than every earlier lease
+        of it, and no two leases of one message share a fence. An attempt that lost its
+        lease and keeps running (a "zombie": its heartbeats could not reach the backend)
+        still holds its old, smaller fence, so a write guarded by the fence refuses it
+        once a newer attempt has written::
+
+            UPDATE orders SET state = 'shipped', fence = :fence
+             WHERE id = :order AND fence < :fence
+
+        The fence is the delivery count: the backend contract already guarantees it
+        grows by one with each lease and never changes with a heartbeat (conformance
+        properties P22 and P27). It is per message: a dead letter retried is a new
+        message whose fences start again at 1, so guard rows that several messages may
+        write with the message id as well (docs/fencing.md has the recipe).
+        """
+        return self.delivery_count
+
+    @property
     def is_last_attempt(self) -> bool:
         """Whether a failure now goes to the failed-task handler instead of a retry."""
         return self.delivery_count >= self.max_attempts
