@@ -30,9 +30,11 @@ from taskrunner.queue import (
     Queue,
     ResultStore,
     Scheduling,
+    TransactionalAdd,
     lookup_of,
     results_of,
     scheduling_of,
+    transactional_of,
 )
 from taskrunner.results import TaskState, TaskStatus, decode_result, result_value, statuses
 from taskrunner.tracing import dispatching
@@ -116,6 +118,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> Dispatched: ...
     @overload
     async def dispatch(
@@ -128,6 +131,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> Dispatched: ...
     @overload
     async def dispatch(
@@ -140,6 +144,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> Dispatched: ...
 
     async def dispatch(
@@ -152,6 +157,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> Dispatched:
         """Enqueue one run of `task` with `payload`; returns the backend's message id.
 
@@ -173,6 +179,12 @@ class Producer:
                 partition, so they run in dispatch order when one worker takes them
                 one at a time; elsewhere the queue has one partition and keeps that
                 order anyway, and the key changes nothing.
+            connection: Write the message in the open transaction of this database
+                connection (a psycopg 3 connection, a SQLAlchemy connection or session,
+                Django's connection): it exists if and only if that transaction
+                commits, and no worker sees it before. Needs a backend with the
+                transactional part (PostgreSQL: the connection must reach the queue's
+                database). See docs/transactional.md.
 
         Returns:
             The message id (a `Dispatched`, a `str` with ``added``).
@@ -183,8 +195,12 @@ class Producer:
             PayloadTooLargeError: The encoded message exceeds the app's limit.
             ValueError: A negative or non-finite delay, a naive `at`, both `delay` and
                 `at`, or an empty unique or partition key.
-            UnsupportedFeatureError: The backend does not offer delayed or unique
-                dispatch; nothing was sent.
+            UnsupportedFeatureError: The backend does not offer delayed, unique or
+                transactional dispatch; nothing was sent.
+            TypeError: `connection` is no connection the backend takes.
+            ConfigurationError: `connection` cannot take part (closed, autocommit
+                outside a transaction, a failed transaction, another database, the
+                queue's schema missing); nothing was written.
             BackendUnavailableError: The backend could not be reached.
         """
         resolved = self._app.get_task(task) if isinstance(task, str) else task
@@ -196,6 +212,7 @@ class Producer:
             at=at,
             unique_key=unique_key,
             partition_key=partition_key,
+            connection=connection,
         )
         return result
 
@@ -209,6 +226,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> DispatchedList:
         """Enqueue one run of `task` per payload; returns message ids in order.
 
@@ -233,6 +251,7 @@ class Producer:
                 at=at,
                 unique_key=unique_key,
                 partition_key=partition_key,
+                connection=connection,
             )
         )
 
@@ -367,6 +386,7 @@ class Producer:
         at: datetime | None,
         unique_key: str | None,
         partition_key: str | None,
+        connection: object | None = None,
     ) -> list[Dispatched]:
         delay_seconds, due_at = _when(delay, at)
         key: Any = unique_key
@@ -389,6 +409,7 @@ class Producer:
                 unique=unique,
                 unique_key=unique_key,
                 partition_key=partition_key,
+                connection=connection,
             )
 
     async def _add(
@@ -402,6 +423,7 @@ class Producer:
         unique: bool,
         unique_key: str | None,
         partition_key: str | None,
+        connection: object | None = None,
     ) -> list[Dispatched]:
         due: float | None = None
         if due_at is not None or delay_seconds > 0:
@@ -410,6 +432,19 @@ class Producer:
             encode_message(self._app, task, payload, clock=self._clock, headers=headers, due_at=due)
             for payload in payloads
         ]
+        if connection is not None:
+            transactional = self._transactional()
+            if delay_seconds > 0 or due_at is not None:
+                self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
+            if unique:
+                self._scheduling("unique_add", "unique dispatch")
+            added = await transactional.add(
+                connection,
+                self._requests(
+                    task, payloads, bodies, delay_seconds, due_at, unique, unique_key, partition_key
+                ),
+            )
+            return [Dispatched(a.message_id, added=a.added) for a in added]
         partitioned = partition_key is not None and scheduling_of(self._queue) is not None
         if not unique and delay_seconds == 0.0 and due_at is None and not partitioned:
             # The hot path: plain dispatches keep using Queue.add (and so does a
@@ -421,8 +456,28 @@ class Producer:
         part = self._parts(
             delayed=delay_seconds > 0 or due_at is not None, unique=unique, partitioned=partitioned
         )
+        requests = self._requests(
+            task, payloads, bodies, delay_seconds, due_at, unique, unique_key, partition_key
+        )
+        results: list[Dispatched] = []
+        for start in range(0, len(requests), _ADD_CHUNK):
+            added = await part.add_requests(requests[start : start + _ADD_CHUNK])
+            results.extend(Dispatched(a.message_id, added=a.added) for a in added)
+        return results
+
+    @staticmethod
+    def _requests(
+        task: Task[Any],
+        payloads: list[Any],
+        bodies: list[bytes],
+        delay_seconds: float,
+        due_at: float | None,
+        unique: bool,
+        unique_key: str | None,
+        partition_key: str | None,
+    ) -> list[AddRequest]:
         unique_seconds = task.unique_for if unique else None
-        requests = [
+        return [
             AddRequest(
                 body=body,
                 delay_seconds=delay_seconds,
@@ -433,11 +488,20 @@ class Producer:
             )
             for payload, body in zip(payloads, bodies, strict=True)
         ]
-        results: list[Dispatched] = []
-        for start in range(0, len(requests), _ADD_CHUNK):
-            added = await part.add_requests(requests[start : start + _ADD_CHUNK])
-            results.extend(Dispatched(a.message_id, added=a.added) for a in added)
-        return results
+
+    def _transactional(self) -> TransactionalAdd:
+        part = transactional_of(self._queue)
+        if part is None:
+            backend = type(self._queue).__name__
+            raise UnsupportedFeatureError(
+                f"dispatch with connection= writes the message in your database "
+                f"transaction, which needs a backend that can: PostgreSQL (a postgresql:// "
+                f"queue URL on the same database as the connection); {backend} cannot, "
+                "so nothing was sent (docs/transactional.md)",
+                backend=backend,
+                capability="transactional",
+            )
+        return part
 
     def _parts(self, *, delayed: bool, unique: bool, partitioned: bool) -> Scheduling:
         part: Scheduling | None = scheduling_of(self._queue) if partitioned else None

@@ -80,6 +80,7 @@ from taskrunner.queue_extensions import (
     results_of,
     scheduling_of,
 )
+from taskrunner.queue_transactional import TransactionalAdd, transactional_of
 
 __all__ = [
     "BROWSE_LIMIT",
@@ -109,6 +110,7 @@ __all__ = [
     "ResultStore",
     "ResultWrite",
     "Scheduling",
+    "TransactionalAdd",
     "WorkerInfo",
     "WorkerRegistry",
     "browse_of",
@@ -119,9 +121,10 @@ __all__ = [
     "names_of",
     "results_of",
     "scheduling_of",
+    "transactional_of",
 ]
 
-CONTRACT_VERSION: Final = (2, 0)
+CONTRACT_VERSION: Final = (2, 1)
 """This contract's version, (major, minor).
 
 A backend declares the version it implements as a ``contract_version`` attribute of its

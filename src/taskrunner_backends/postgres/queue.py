@@ -55,6 +55,7 @@ from taskrunner.queue import (
     Receipt,
     ResultStore,
     Scheduling,
+    TransactionalAdd,
     WorkerInfo,
     WorkerRegistry,
 )
@@ -83,6 +84,7 @@ from .scheduling import (
     storable_text,
 )
 from .schema import notify_channel
+from .transactional import PostgresTransactionalAdd
 from .url import parse_url
 
 # migrate_from_url lives in `opening`; it stays importable from here, as it always was.
@@ -428,6 +430,9 @@ class PostgresQueue:
         self._lookup = PostgresLookup(db, self._queue, check_open=self._check_open)
         self._browse = PostgresBrowser(db, self._queue, check_open=self._check_open)
         self._names = PostgresQueueNames(db, check_open=self._check_open)
+        self._transactional = PostgresTransactionalAdd(
+            db, self._queue, conninfo=conninfo, channel=self._channel
+        )
         self._results = PostgresResults(
             db,
             self._queue,
@@ -507,6 +512,11 @@ class PostgresQueue:
     def queue_names(self) -> QueueNames:
         """The queues of the schema that hold a message or a dead letter."""
         return self._names
+
+    @property
+    def transactional(self) -> TransactionalAdd:
+        """Adds written in the caller's own transaction (`transactional`)."""
+        return self._transactional
 
     @property
     def listener(self) -> Listener:
