@@ -31,7 +31,7 @@ Anything else is refused with a `TypeError` naming what is taken; nothing is wri
 from __future__ import annotations
 
 import sys
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
 
 from psycopg import AsyncConnection, Connection, pq
@@ -55,11 +55,23 @@ from .scheduling import (
     _request,
 )
 
-__all__ = ["PostgresTransactionalAdd", "TransactionError"]
+__all__ = [
+    "AsyncRun",
+    "PostgresTransactionalAdd",
+    "SyncRun",
+    "TransactionError",
+    "async_runner",
+    "drive_async",
+    "drive_sync",
+    "sync_runner",
+]
 
 # A statement and its parameters, as a step of `_steps` yields them.
 _Step = tuple[str, Any]
 _Rows = list[tuple[Any, ...]]
+#: Runs one statement on the caller's connection and returns its rows.
+SyncRun = Callable[[str, Any], _Rows]
+AsyncRun = Callable[[str, Any], Awaitable[_Rows]]
 
 _CHECK = "SELECT current_database(), to_regclass(%s)::text, current_setting('search_path')"
 
@@ -125,17 +137,9 @@ class PostgresTransactionalAdd:
             BackendUnavailableError: The server could not be reached.
         """
         items = _checked(requests)
-        run = _sync_runner(connection)
-        steps = self._steps(items)
+        run = sync_runner(connection)
         with translate_errors("add in transaction", self._secrets):
-            rows: _Rows | None = None
-            try:
-                while True:
-                    step = steps.send(rows) if rows is not None else next(steps)
-                    rows = run(*step)
-            except StopIteration as done:
-                result: list[Added] = done.value
-                return result
+            return drive_sync(self._steps(items), run)
 
     async def add(self, connection: object, requests: Sequence[AddRequest]) -> list[Added]:
         """`add_sync` for asyncio connections (and blocking ones, run on the loop).
@@ -144,19 +148,11 @@ class PostgresTransactionalAdd:
         the statements are short, and the connection belongs to the caller.
         """
         items = _checked(requests)
-        arun = _async_runner(connection)
+        arun = async_runner(connection)
         if arun is None:
             return self.add_sync(connection, requests)
-        steps = self._steps(items)
         with translate_errors("add in transaction", self._secrets):
-            rows: _Rows | None = None
-            try:
-                while True:
-                    step = steps.send(rows) if rows is not None else next(steps)
-                    rows = await arun(*step)
-            except StopIteration as done:
-                result: list[Added] = done.value
-                return result
+            return await drive_async(self._steps(items), arun)
 
     def _steps(self, items: list[_Request]) -> Generator[_Step, _Rows, list[Added]]:
         """The statements of one transactional add; each step receives its rows."""
@@ -223,6 +219,28 @@ def _checked(requests: Sequence[AddRequest]) -> list[_Request]:
     return [_request(request) for request in check_requests(requests, nul=False)]
 
 
+def drive_sync(steps: Generator[_Step, _Rows, list[Added]], run: SyncRun) -> list[Added]:
+    """Run each statement `steps` yields with `run`, sending back its rows; the result."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(run(*step))
+    except StopIteration as done:
+        result: list[Added] = done.value
+        return result
+
+
+async def drive_async(steps: Generator[_Step, _Rows, list[Added]], run: AsyncRun) -> list[Added]:
+    """`drive_sync` with an asyncio `run`."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await run(*step))
+    except StopIteration as done:
+        result: list[Added] = done.value
+        return result
+
+
 def _fetch(cursor: Any) -> _Rows:
     return list(cursor.fetchall()) if cursor.description is not None else []
 
@@ -243,7 +261,7 @@ def _check_psycopg(conn: Connection[Any] | AsyncConnection[Any]) -> None:
         )
 
 
-def _sync_runner(connection: object) -> Any:
+def sync_runner(connection: object) -> SyncRun:
     """A blocking ``run(sql, params) -> rows`` on `connection`, after checking it."""
     if isinstance(connection, Connection):
         _check_psycopg(connection)
@@ -266,7 +284,7 @@ def _sync_runner(connection: object) -> Any:
     raise TypeError(f"connection= takes {_TAKEN}; got {type(connection).__qualname__}")
 
 
-def _async_runner(connection: object) -> Any:
+def async_runner(connection: object) -> AsyncRun | None:
     """An async ``run(sql, params) -> rows``, or None for a blocking connection."""
     if isinstance(connection, AsyncConnection):
         _check_psycopg(connection)
@@ -300,7 +318,7 @@ def _is_async_sqlalchemy(connection: object) -> bool:
     return isinstance(connection, SAAsyncConnection | AsyncSession)
 
 
-def _sqlalchemy_connection(connection: object) -> Any:
+def _sqlalchemy_connection(connection: object) -> SyncRun | None:
     if "sqlalchemy" not in sys.modules:
         return None
     from sqlalchemy.engine import Connection as SAConnection
@@ -343,7 +361,7 @@ def _check_sqlalchemy(conn: Any, raw: Any) -> None:
     _check_psycopg(raw)
 
 
-def _django_runner(connection: object) -> Any:
+def _django_runner(connection: object) -> SyncRun | None:
     if "django.db" not in sys.modules:
         return None
     from django.db import connections

@@ -39,7 +39,7 @@ from .fencing import FENCED_BATCH
 from .replies import _as_int, _as_str, _is_stream_id
 from .scripts import SCRIPTS
 
-__all__ = ["ADD_REQUESTS_BATCH", "DURABLE_WAIT_SECONDS", "AddingMixin"]
+__all__ = ["ADD_REQUESTS_BATCH", "DURABLE_WAIT_SECONDS", "AddingMixin", "check_relay_ids"]
 
 # Requests per `add_requests` script call (count); one round trip carries them all.
 ADD_REQUESTS_BATCH = 500
@@ -102,16 +102,49 @@ class AddingMixin(QueueBase):
             BackendUnavailableError: The server could not be reached; some of the
                 requests may have been added.
         """
+        return await self._add_requests(requests, None, 0)
+
+    async def add_relayed(
+        self, requests: Sequence[AddRequest], relay_ids: Sequence[str], *, record_seconds: float
+    ) -> list[Added]:
+        """`add_requests`, idempotent per relay id (an outbox row's id).
+
+        Each request's outcome is recorded under its relay id for `record_seconds`, in
+        the same script as the add; a request whose relay id is recorded adds nothing
+        and returns the recorded message id with ``added=False``. So an outbox relay
+        that wrote rows and died before deleting them sends them again harmlessly.
+
+        Raises:
+            ValueError: The lengths differ, a relay id is empty, or `record_seconds`
+                is not positive; the errors of `add_requests` otherwise.
+        """
         if isinstance(requests, AddRequest):
             raise TypeError("requests must be a sequence of AddRequest, not a single one")
-        encoded = [_encode_request(request) for request in requests]
+        ids = check_relay_ids(relay_ids, len(requests))
+        record_ms = _milliseconds("record_seconds", record_seconds, positive=True)
+        return await self._add_requests(requests, ids, record_ms)
+
+    async def _add_requests(
+        self, requests: Sequence[AddRequest], relay_ids: Sequence[str] | None, record_ms: int
+    ) -> list[Added]:
+        if isinstance(requests, AddRequest):
+            raise TypeError("requests must be a sequence of AddRequest, not a single one")
+        encoded = [
+            (*_encode_request(request), "" if relay_ids is None else relay_ids[index])
+            for index, request in enumerate(requests)
+        ]
         await self._ready()
         if not encoded:
             return []
         commands: list[tuple[Arg, ...]] = []
         keys = self._keys.scheduling
         for start in range(0, len(encoded), ADD_REQUESTS_BATCH):
-            args: list[Arg] = [self._keys.group, self._keys.unique_prefix]
+            args: list[Arg] = [
+                self._keys.group,
+                self._keys.unique_prefix,
+                self._keys.relay_prefix,
+                record_ms,
+            ]
             for item in encoded[start : start + ADD_REQUESTS_BATCH]:
                 args.extend(item)
             commands.append(("EVALSHA", SCRIPTS["add_requests"].sha, len(keys), *keys, *args))
@@ -193,6 +226,21 @@ class AddingMixin(QueueBase):
                 "(durable enqueue); they are on the master and may or may not survive a "
                 "failover: adding them again may duplicate them"
             )
+
+
+def check_relay_ids(relay_ids: Sequence[str], count: int) -> list[str]:
+    """`relay_ids` as a list, one non-empty str per request; else TypeError/ValueError."""
+    if isinstance(relay_ids, str):
+        raise TypeError("relay_ids must be a sequence of str, not a single string")
+    ids: list[object] = list(relay_ids)
+    if len(ids) != count:
+        raise ValueError(f"relay_ids has {len(ids)} ids for {count} requests")
+    checked = []
+    for relay_id in ids:
+        if not isinstance(relay_id, str) or not relay_id:
+            raise ValueError(f"a relay id must be a non-empty str, got {relay_id!r}")
+        checked.append(relay_id)
+    return checked
 
 
 def _encode_request(request: AddRequest) -> tuple[Arg, Arg, Arg, Arg, Arg]:

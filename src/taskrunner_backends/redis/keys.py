@@ -195,6 +195,11 @@ class QueueKeys:
         """The prefix of each unique key's own key (``<prefix><key>``)."""
         return f"{self._prefix}:u:"
 
+    @property
+    def relay_prefix(self) -> str:
+        """The prefix of each outbox row's relay record (``<prefix><row id>``)."""
+        return f"{self._prefix}:o:"
+
     def unique(self, key: str) -> str:
         """The key holding unique key `key` (its value: the holder's message id)."""
         return f"{self.unique_prefix}{key}"

@@ -33,7 +33,7 @@ from taskrunner.errors import BackendUnavailableError
 from taskrunner.queue import Added, AddRequest, Delivery
 from taskrunner_backends.checks import check_count, check_deliveries, encode_reason
 
-from .adding import _encode_request
+from .adding import _encode_request, check_relay_ids
 from .arguments import _check_consumer, _milliseconds
 from .partitioned_shards import ShardsBase, _hash_shard, _split_evenly
 from .queue import RedisStreamsQueue
@@ -331,6 +331,46 @@ class DeliveryMixin(ShardsBase):
         shards = list(parts)
         replies = await self._gather(
             [self._shards[s].add_requests([requests[i] for i in parts[s]]) for s in shards]
+        )
+        added: list[Added] = [Added(message_id="")] * len(requests)
+        for s, reply in zip(shards, replies, strict=True):
+            for index, one in zip(parts[s], reply, strict=True):
+                added[index] = Added(message_id=f"{s}@{one.message_id}", added=one.added)
+        return added
+
+    async def add_relayed(
+        self, requests: Sequence[AddRequest], relay_ids: Sequence[str], *, record_seconds: float
+    ) -> list[Added]:
+        """`add_requests`, idempotent per relay id (see `RedisStreamsQueue.add_relayed`).
+
+        A request without a partition or unique key goes to the shard its relay id
+        hashes to (not the next in turn), so a row sent again meets its record.
+        """
+        if isinstance(requests, AddRequest):
+            raise TypeError("requests must be a sequence of AddRequest, not a single one")
+        ids = check_relay_ids(relay_ids, len(requests))
+        _milliseconds("record_seconds", record_seconds, positive=True)
+        self._check_open()
+        for request in requests:
+            _encode_request(request)
+        parts: dict[int, list[int]] = {}
+        for index, request in enumerate(requests):
+            keyed = request.partition_key is not None or request.unique_key is not None
+            shard = self._shard_for(request) if keyed else _hash_shard(ids[index], self._count)
+            parts.setdefault(shard, []).append(index)
+        if not parts:
+            return []
+        await self._record_count()
+        shards = list(parts)
+        replies = await self._gather(
+            [
+                self._shards[s].add_relayed(
+                    [requests[i] for i in parts[s]],
+                    [ids[i] for i in parts[s]],
+                    record_seconds=record_seconds,
+                )
+                for s in shards
+            ]
         )
         added: list[Added] = [Added(message_id="")] * len(requests)
         for s, reply in zip(shards, replies, strict=True):

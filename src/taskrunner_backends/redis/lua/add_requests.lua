@@ -2,10 +2,17 @@
 --
 -- KEYS: 1 stream, 2 dead (unused), 3 delayed zset, 4 parked stream, 5 origins (unused),
 --       6 doorbell stream, 7 moved hash, 8 uniques zset, 9 dead ids (unused)
--- ARGV: 1 group, 2 unique-key prefix, then 5 per request: mode ("r" ready, "d" delay
---       in ms, "a" due at Unix seconds as text), value, unique key ("" none), unique
---       ms ("" none, "0" not held), body
+-- ARGV: 1 group, 2 unique-key prefix, 3 relay-record prefix, 4 relay-record ms, then 6
+--       per request: mode ("r" ready, "d" delay in ms, "a" due at Unix seconds as
+--       text), value, unique key ("" none), unique ms ("" none, "0" not held), body,
+--       relay id ("" none)
 -- Returns {message id, 1 added | 0 held by that message, ...}, one pair per request.
+--
+-- A relay id (an outbox row's id) makes the request idempotent: its outcome (the
+-- message id added, or the unique key's holder) is recorded under prefix .. id for
+-- the record's ms, and a request whose relay id is recorded adds nothing and returns
+-- the recorded id with 0. A relay that wrote a row and died before deleting it can so
+-- send the row again without a second message.
 --
 -- Each request's unique check and add run in this one script, so no other client can
 -- take the key in between. Ready messages are plain stream entries (their id is the
@@ -17,7 +24,7 @@
 
 local stream, delayed, parked = KEYS[1], KEYS[3], KEYS[4]
 local bell, moved, uniques = KEYS[6], KEYS[7], KEYS[8]
-local group, uprefix = ARGV[1], ARGV[2]
+local group, uprefix, rprefix, rms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local MAX_MS = 4503599627370496
 
 local t = redis.call('TIME')
@@ -56,10 +63,16 @@ local pruned = false
 local earliest = false   -- the earliest due time parked before this script, when read
 local ring = false
 local out = {}
-for i = 3, #ARGV, 5 do
+for i = 5, #ARGV, 6 do
   local mode, value, ukey, ums, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local relay = ARGV[i + 5]
   local holder = nil
-  if ukey ~= '' then
+  local relayed = false
+  if relay ~= '' then
+    holder = redis.call('GET', rprefix .. relay)
+    relayed = holder ~= false
+  end
+  if ukey ~= '' and not relayed then
     if not pruned then
       -- Index members of keys that expired on their own; keeps `uniques` bounded.
       redis.call('ZREMRANGEBYSCORE', uniques, '-inf', now)
@@ -68,6 +81,9 @@ for i = 3, #ARGV, 5 do
     holder = redis.call('GET', uprefix .. ukey)
   end
   if holder then
+    if relay ~= '' and not relayed then
+      redis.call('SET', rprefix .. relay, holder, 'PX', rms)
+    end
     out[#out + 1] = holder
     out[#out + 1] = 0
   else
@@ -114,6 +130,9 @@ for i = 3, #ARGV, 5 do
         redis.call('SET', uprefix .. ukey, id, 'PX', ums)
         redis.call('ZADD', uniques, now + tonumber(ums), ukey)
       end
+    end
+    if relay ~= '' then
+      redis.call('SET', rprefix .. relay, id, 'PX', rms)
     end
     out[#out + 1] = id
     out[#out + 1] = 1
