@@ -17,6 +17,7 @@ testing kit opens its private memory queues through it too (`private_memory_queu
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import importlib
 import re
@@ -24,12 +25,12 @@ import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from taskrunner.clock import Clock
 from taskrunner.errors import ConfigurationError
 from taskrunner.names import check_queue_name
-from taskrunner.queue import Queue
+from taskrunner.queue import Queue, TransactionalAdd
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
 __all__ = [
@@ -39,7 +40,10 @@ __all__ = [
     "connect",
     "known_schemes",
     "migrate",
+    "OutboxRelay",
     "open_queue",
+    "outbox_relay",
+    "outbox_writer",
     "private_memory_queue",
     "schema_status",
 ]
@@ -238,6 +242,52 @@ async def schema_status(url: str) -> dict[str, Any]:
         raise ConfigurationError(f"the {scheme} backend has no schema to report", setting="url")
     status: dict[str, Any] = dict(await status_from_url(url))
     return status
+
+
+class OutboxRelay(Protocol):
+    """A relay moving committed outbox rows into a queue (see `outbox_relay`)."""
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Relay until cancelled; `ready` is set once it is connected."""
+        ...
+
+
+def _outbox_hook(outbox_url: str, name: str) -> Callable[..., Any]:
+    scheme = check_url(outbox_url)
+    hook = getattr(_backend_module(scheme), name, None)
+    if not callable(hook):
+        raise ConfigurationError(
+            f"outbox_url {mask_url(outbox_url)}: the {scheme} backend keeps no outbox "
+            "(the outbox lives in a PostgreSQL database: postgresql://...)",
+            setting="outbox_url",
+        )
+    return cast("Callable[..., Any]", hook)
+
+
+def outbox_relay(outbox_url: str, queue: Queue, queue_name: str) -> OutboxRelay:
+    """The relay of `queue_name`'s rows in the outbox at `outbox_url` into `queue`.
+
+    The outbox's backend offers ``relay_from_url(outbox_url, queue, queue_name)``
+    beside its factory (PostgreSQL does).
+
+    Raises:
+        ConfigurationError: A bad URL, a backend without an outbox, or a queue the
+            relay cannot add to idempotently.
+    """
+    relay: OutboxRelay = _outbox_hook(outbox_url, "relay_from_url")(outbox_url, queue, queue_name)
+    return relay
+
+
+def outbox_writer(outbox_url: str, queue_name: str) -> TransactionalAdd:
+    """What `Producer(..., outbox=)` takes to write `queue_name`'s rows into that outbox.
+
+    The outbox's backend offers ``writer_from_url(outbox_url, queue_name)``.
+
+    Raises:
+        ConfigurationError: A bad URL or a backend without an outbox.
+    """
+    writer: TransactionalAdd = _outbox_hook(outbox_url, "writer_from_url")(outbox_url, queue_name)
+    return writer
 
 
 async def connect(url: str, queue_name: str, *, clock: Clock | None = None) -> Queue:

@@ -100,12 +100,34 @@ class Producer:
         queue: The backend queue to add messages to.
         app: The application whose tasks (and size limit) apply.
         clock: Source of the enqueue timestamp.
+        outbox: Where ``dispatch(..., connection=)`` writes when the queue's backend
+            cannot write in the caller's transaction itself: an outbox in the
+            application's PostgreSQL database
+            (`taskrunner_backends.postgres.outbox.OutboxWriter`), whose relay moves the
+            committed rows into the queue. Its queue name must be the app's.
+
+    Raises:
+        ValueError: `outbox` writes for another queue than the app's.
     """
 
-    def __init__(self, queue: Queue, app: App, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        app: App,
+        *,
+        clock: Clock | None = None,
+        outbox: TransactionalAdd | None = None,
+    ) -> None:
+        queue_name = getattr(outbox, "queue_name", app.queue)
+        if queue_name != app.queue:
+            raise ValueError(
+                f"the outbox writes rows for queue {queue_name!r}, the app's queue is "
+                f"{app.queue!r}: the relay would move them to the wrong queue"
+            )
         self._queue = queue
         self._app = app
         self._clock = clock or SystemClock()
+        self._outbox = outbox
 
     @overload
     async def dispatch(
@@ -490,14 +512,15 @@ class Producer:
         ]
 
     def _transactional(self) -> TransactionalAdd:
-        part = transactional_of(self._queue)
+        part = self._outbox or transactional_of(self._queue)
         if part is None:
             backend = type(self._queue).__name__
             raise UnsupportedFeatureError(
                 f"dispatch with connection= writes the message in your database "
                 f"transaction, which needs a backend that can: PostgreSQL (a postgresql:// "
-                f"queue URL on the same database as the connection); {backend} cannot, "
-                "so nothing was sent (docs/transactional.md)",
+                f"queue URL on the same database as the connection), or an outbox in your "
+                f"PostgreSQL database (Producer(..., outbox=OutboxWriter(app.queue)) and a "
+                f"relay); {backend} has neither, so nothing was sent (docs/transactional.md)",
                 backend=backend,
                 capability="transactional",
             )

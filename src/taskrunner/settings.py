@@ -133,6 +133,12 @@ KEYS: tuple[Key, ...] = (
     Key("log_format", "choice", "logging", "log format: text or json lines", choices=LOG_FORMATS),
     Key("metrics_port", "port", "general", "serve Prometheus metrics on this port"),
     Key("metrics_addr", "str", "general", "interface the metrics port binds (default 127.0.0.1)"),
+    Key(
+        "outbox_url",
+        "url",
+        "general",
+        "PostgreSQL URL of the database holding the outbox the worker relays (?schema=)",
+    ),
 )
 
 _BY_NAME = {key.name: key for key in KEYS}
@@ -170,6 +176,9 @@ class Settings:
         log_format: ``text`` or ``json``.
         metrics_port: Port of the Prometheus exporter, None when off.
         metrics_addr: Interface the exporter binds (loopback unless set).
+        outbox_url: The application database's URL whose outbox the worker relays into
+            the queue (docs/transactional.md); None when there is none. May contain
+            a password, like `url`.
         runner: The validated runner configuration (with `TuningConfig` when any
             tuning key is set).
         values: Every setting that was set, by key, after conversion.
@@ -184,6 +193,7 @@ class Settings:
     metrics_port: int | None
     metrics_addr: str
     runner: RunnerConfig
+    outbox_url: str | None = None
     values: Mapping[str, Any]
     sources: Mapping[str, str]
     config_file: Path | None = None
@@ -207,7 +217,7 @@ class Settings:
             text = (
                 "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
             )
-            if key.name == "url":
+            if key.kind == "url":
                 text = mask_url(text)
             rows.append((key.name, text, self.source_of(key.name)))
         return rows
@@ -468,6 +478,7 @@ def _build(merged: _Layer, config_file: Path | None) -> Settings:
         log_format=full["log_format"],
         metrics_port=full.get("metrics_port"),
         metrics_addr=full["metrics_addr"],
+        outbox_url=full.get("outbox_url"),
         runner=runner,
         values=dict(values),
         sources=dict(sources),

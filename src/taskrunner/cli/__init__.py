@@ -75,6 +75,7 @@ from taskrunner.cli import (
     enqueue,
     inspect,
     queue,
+    relay,
     scheduling,
     worker,
 )
@@ -128,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     config.add_parser(commands, common)
     db.add_parser(commands, common)
     dashboard.add_parser(commands, common)
+    relay.add_parser(commands, common)
     return parser
 
 
@@ -161,7 +163,13 @@ def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # Passwords of every URL the command may print: on the command line (wherever it
     # is, even misplaced), in the environment, and later the configured one.
-    secrets = _secrets([*_url_words(words), os.environ.get(env_name("url"), "")])
+    secrets = _secrets(
+        [
+            *_url_words(words),
+            os.environ.get(env_name("url"), ""),
+            os.environ.get(env_name("outbox_url"), ""),
+        ]
+    )
     parser = _parser()
     try:
         if words[:1] == ["enqueue"]:
@@ -177,7 +185,7 @@ def _main(argv: Sequence[str] | None) -> int:
     previous_level = root.level
     try:
         settings = _settings(args)
-        secrets = _secrets([settings.url], secrets)
+        secrets = _secrets([settings.url, settings.outbox_url or ""], secrets)
         level = settings.log_level
         if args.command == "demo" and settings.source_of("log_level") == "default":
             level = "critical"  # the demo prints its own progress
@@ -216,8 +224,11 @@ def _url_words(words: Sequence[str]) -> list[str]:
     every word with an ``@`` (an e-mail address in a payload is no URL).
     """
     found = [word for word in words if "://" in word or _URL_TYPO.match(word)]
-    found += [after for before, after in itertools.pairwise(words) if before == "--url"]
-    found += [word.partition("=")[2] for word in words if word.startswith("--url=")]
+    flags = ("--url", "--outbox-url")
+    found += [after for before, after in itertools.pairwise(words) if before in flags]
+    found += [
+        word.partition("=")[2] for word in words if word.startswith(tuple(f + "=" for f in flags))
+    ]
     return found
 
 
@@ -270,4 +281,6 @@ def _run(args: argparse.Namespace, settings: Settings, out: Output) -> int:
         return asyncio.run(db.run_db(args, settings, out))
     if command == "dashboard":
         return asyncio.run(dashboard.run_dashboard(args, settings))
+    if command == "relay":
+        return asyncio.run(relay.run_relay(args, settings))
     return asyncio.run(dead_letters.run_dead_letters(args, settings, out))

@@ -230,6 +230,7 @@ def runner_options(parser: argparse.ArgumentParser) -> None:
             setting_option(tuning, key.name)
     setting_option(parser, "metrics_port", metavar="PORT")
     setting_option(parser, "metrics_addr", metavar="ADDRESS")
+    setting_option(parser, "outbox_url", metavar="URL")
     for old, new in RENAMED.items():
         renamed_flag(parser, flag_name(old), flag_name(new))
     renamed_flag(parser, "--workers", flag_name("num_workers"))

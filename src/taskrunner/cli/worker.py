@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from taskrunner.app import App
-from taskrunner.backends import connect
+from taskrunner.backends import connect, outbox_relay
 from taskrunner.cli import supervisor
 from taskrunner.cli.app import load_app
 from taskrunner.cli.common import (
@@ -27,6 +27,7 @@ from taskrunner.cli.common import (
     signal_handlers,
 )
 from taskrunner.errors import ConfigurationError
+from taskrunner.queue import Queue
 from taskrunner.redaction import mask_url
 from taskrunner.runner import Runner
 from taskrunner.settings import Settings
@@ -209,12 +210,29 @@ class _WorkerProcess:
             )
             self.runner = runner
             try:
-                await runner.run(burst=burst)
+                if settings.outbox_url is None:
+                    await runner.run(burst=burst)
+                else:
+                    await _run_with_relay(runner, queue, app, settings.outbox_url, burst=burst)
             finally:
                 if close_metrics is not None:
                     close_metrics()
         finally:
             await queue.aclose()
+
+
+async def _run_with_relay(
+    runner: Runner, queue: Queue, app: App, outbox_url: str, *, burst: bool
+) -> None:
+    """Run the runner and, beside it, the outbox relay; the relay stops with the runner."""
+    relay = outbox_relay(outbox_url, queue, app.queue)
+    _log.info("relaying the outbox at %s into queue %r", mask_url(outbox_url), app.queue)
+    async with asyncio.TaskGroup() as group:
+        relaying = group.create_task(relay.run(), name="outbox relay")
+        try:
+            await runner.run(burst=burst)
+        finally:
+            relaying.cancel()
 
 
 async def _start_metrics(runner: Runner, settings: Settings) -> Callable[[], None] | None:
