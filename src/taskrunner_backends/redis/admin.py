@@ -341,16 +341,3 @@ def _stamp_seconds(raw: bytes) -> float:
         return float(raw or b"0") / 1000
     except ValueError:
         return 0.0
-
-
-class _Names:
-    """`QueueNames` of a `RedisStreamsQueue` (see `RedisStreamsQueue.list_queue_names`)."""
-
-    __slots__ = ("_queue",)
-
-    def __init__(self, queue: AdminMixin) -> None:
-        self._queue = queue
-
-    async def queue_names(self, *, after: str | None = None, limit: int = 1000) -> QueueNameList:
-        """See `RedisStreamsQueue.list_queue_names`."""
-        return await self._queue.list_queue_names(after=after, limit=limit)

@@ -106,16 +106,3 @@ def _message_state(message_id: str, row: Sequence[Any]) -> MessageState | None:
     if name == "ready":
         return MessageState(state="ready", **common)
     raise BackendError(f"unexpected lookup state {name!r}")
-
-
-class _Lookup:
-    """`MessageLookup` of a `RedisStreamsQueue` (see `RedisStreamsQueue.lookup_messages`)."""
-
-    __slots__ = ("_queue",)
-
-    def __init__(self, queue: LookupMixin) -> None:
-        self._queue = queue
-
-    async def lookup(self, message_ids: Sequence[str]) -> list[MessageState | None]:
-        """The state of each id, in order; None where the queue holds no such message."""
-        return await self._queue.lookup_messages(message_ids)

@@ -278,14 +278,3 @@ class PartsMixin(ShardsBase):
 def _oldest(ages: Any) -> float | None:
     known = [age for age in ages if age is not None]
     return max(known) if known else None
-
-
-class _Lookup:
-    """The ``lookup`` part of a `PartitionedQueue`."""
-
-    def __init__(self, queue: PartsMixin) -> None:
-        self._queue = queue
-
-    async def lookup(self, message_ids: Sequence[str]) -> list[MessageState | None]:
-        """See `PartitionedQueue.lookup_messages`."""
-        return await self._queue.lookup_messages(message_ids)
