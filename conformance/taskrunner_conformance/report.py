@@ -56,7 +56,7 @@ Outcome = Literal["passed", "failed", "skipped"]
 
 SUITE_VERSION = "1.6"
 
-TESTED_CONTRACT_VERSION = (2, 0)
+TESTED_CONTRACT_VERSION = (2, 1)
 """The contract version the cases were written against, (major, minor).
 
 Kept apart from `taskrunner.queue.CONTRACT_VERSION` on purpose: a test fails when the
