@@ -20,7 +20,7 @@ from taskrunner.queue import (
     check_names_limit,
 )
 
-from ..checks import check_ids
+from ..checks import check_lookup_ids
 from .store import _NAMED_STORES, _Handle, _Message
 
 __all__ = ["_Browsing", "_Names", "_browsed"]
@@ -37,20 +37,23 @@ class _Browsing(_Handle):
         clock. Running: leased, with its holder, idle time and delivery count (also
         once the lease lapsed, until it is reclaimed). Dead: found by the message's
         original id, with reason, time and body. Acked, cancelled, purged, retried
-        (the retry has a new id), unknown and malformed ids are None. Constant time
-        per id.
+        (the retry has a new id), unknown and malformed ids (a non-`str` one too) are
+        None. Constant time per id.
 
         Raises:
-            TypeError: `message_ids` is a single string, or an id is not a `str`.
+            TypeError: `message_ids` is a single string.
             QueueClosedError: The handle is closed.
         """
-        message_ids = check_ids(message_ids)
+        ids = check_lookup_ids(message_ids)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
         wall = store.clock.time()
         states: list[MessageState | None] = []
-        for message_id in message_ids:
+        for message_id in ids:
+            if message_id is None:
+                states.append(None)
+                continue
             message = store.messages.get(message_id)
             if message is not None:
                 states.append(_state_of(message, now, wall))

@@ -37,6 +37,7 @@ from ..checks import (
     check_bodies,
     check_count,
     check_deliveries,
+    check_ids,
     check_seconds,
     check_worker,
     encode_reason,
@@ -334,7 +335,7 @@ class InMemoryQueue(
         """Move dead letters back to the queue as new messages."""
         self._check_open()
         store = self._store
-        chosen = list(store.dead) if message_ids is None else list(message_ids)
+        chosen = list(store.dead) if message_ids is None else check_ids(message_ids)
         bodies = [self._pop_dead(i).body for i in chosen if i in store.dead]
         return await self.add(bodies)
 
@@ -342,7 +343,7 @@ class InMemoryQueue(
         """Delete dead letters; returns how many."""
         self._check_open()
         store = self._store
-        chosen = list(store.dead) if message_ids is None else list(message_ids)
+        chosen = list(store.dead) if message_ids is None else check_ids(message_ids)
         return sum(self._pop_dead(i) is not None for i in chosen if i in store.dead)
 
     async def purge(self) -> int:

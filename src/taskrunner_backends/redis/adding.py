@@ -29,7 +29,7 @@ from typing import Any
 
 from taskrunner.errors import BackendUnavailableError
 from taskrunner.queue import Added, AddRequest
-from taskrunner_backends.checks import check_ids, check_request
+from taskrunner_backends.checks import check_bodies, check_ids, check_request, check_requests
 
 from .arguments import _milliseconds
 from .base import QueueBase
@@ -62,9 +62,7 @@ class AddingMixin(QueueBase):
             BackendUnavailableError: The server could not be reached; some bodies may
                 have been added.
         """
-        for body in bodies:
-            if not isinstance(body, bytes):
-                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        bodies = check_bodies(bodies)
         await self._ready()
         if not bodies:
             return []
@@ -102,9 +100,7 @@ class AddingMixin(QueueBase):
             BackendUnavailableError: The server could not be reached; some of the
                 requests may have been added.
         """
-        if isinstance(requests, AddRequest):
-            raise TypeError("requests must be a sequence of AddRequest, not a single one")
-        encoded = [_encode_request(request) for request in requests]
+        encoded = [_encode_request(request) for request in check_requests(requests)]
         await self._ready()
         if not encoded:
             return []

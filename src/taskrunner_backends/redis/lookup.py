@@ -13,6 +13,7 @@ from typing import Any
 
 from taskrunner.errors import BackendError
 from taskrunner.queue import MessageState
+from taskrunner_backends.checks import check_lookup_ids
 
 from .base import QueueBase
 from .receipts import _caller_name
@@ -44,14 +45,13 @@ class LookupMixin(QueueBase):
         stream id.
 
         Raises:
-            TypeError: `message_ids` is a single string.
+            TypeError: `message_ids` is a single string
+                (`taskrunner_backends.checks.check_lookup_ids`, as on every backend).
         """
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        ids = list(message_ids)
+        ids = check_lookup_ids(message_ids)
         await self._ready()
         states: list[MessageState | None] = [None] * len(ids)
-        valid = [(index, i) for index, i in enumerate(ids) if _is_stream_id(i)]
+        valid = [(index, i) for index, i in enumerate(ids) if i is not None and _is_stream_id(i)]
         if not valid:
             return states
         keys = self._keys
