@@ -127,6 +127,19 @@ def test_a_plain_def_where_the_part_declares_async_def_is_a_type_error() -> None
         type("Sync", (AdminOnSelf,), implementation(QueueAdmin, plain="purge"))
 
 
+def test_a_static_or_class_method_counts_by_the_function_it_wraps() -> None:
+    namespace = implementation(QueueAdmin)
+    purge = namespace["purge"]
+    namespace["purge"] = staticmethod(purge)
+    namespace["delete_queue"] = classmethod(namespace["delete_queue"])
+
+    assert type("Wrapped", (AdminOnSelf,), namespace)().admin is not None
+
+    namespace["purge"] = staticmethod(lambda: 0)
+    with pytest.raises(TypeError, match=r"implements purge with a plain def"):
+        type("WrappedSync", (AdminOnSelf,), namespace)
+
+
 def test_a_base_listed_before_the_implementing_mixin_is_a_type_error_saying_so() -> None:
     mixin = type("AdminMixin", (), implementation(QueueAdmin))
 

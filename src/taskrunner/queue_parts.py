@@ -155,6 +155,8 @@ def _check_part(cls: type, base: str, protocol: type) -> list[str]:
     not_async: list[str] = []
     for name, declared in _protocol_members(protocol).items():
         found = inspect.getattr_static(cls, name, None)
+        if isinstance(found, staticmethod | classmethod):
+            found = found.__func__
         if found is declared or found is None or not callable(found):
             # The protocol's own declaration: nothing implements it, or an implementation
             # further along the MRO is hidden behind the base.
