@@ -24,6 +24,7 @@ ALLOWED = {
     "backends import only the contract, errors, clock and URL redaction": {
         "queue",
         "queue_extensions",
+        "queue_parts",
         "errors",
         "clock",
         "redaction",
@@ -32,6 +33,7 @@ ALLOWED = {
     "the conformance suite imports only the public contract (queue, errors, clock, testing)": {
         "queue",
         "queue_extensions",
+        "queue_parts",
         "errors",
         "clock",
         "testing",

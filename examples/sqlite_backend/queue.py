@@ -112,6 +112,12 @@ class SqliteQueue:
         """FIFO, persistent, shared by every handle on the file."""
         return _CAPABILITIES
 
+    # The three parts every `Queue` names, none offered here. A queue class that
+    # implements a part's methods itself inherits its `taskrunner.queue_parts` base
+    # (`class SqliteQueue(AdminOnSelf)`, with list_dead_letters, purge, ... defined
+    # below) instead of writing the property: the base provides it and checks, when
+    # the class is defined, that every method of the part is there.
+
     @property
     def admin(self) -> QueueAdmin | None:
         """No dead-letter administration in this example."""

@@ -43,6 +43,11 @@ holds, bounded and paged), read with `names_of`.
 Those six parts and their value types are defined in `taskrunner.queue_extensions` and
 re-exported here, so this module reads as the contract every backend implements and
 that one as the parts a backend may add; import both from here.
+
+A queue class that implements a part's methods itself need not write its property:
+it inherits the base of `taskrunner.queue_parts` named after the property
+(`AdminOnSelf`, `SchedulingOnSelf`, `LookupOnSelf`, ...), which provides it and checks,
+when the class is defined, that every method of the part is there.
 """
 
 from __future__ import annotations

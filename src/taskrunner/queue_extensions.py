@@ -12,7 +12,9 @@ flags it claims; each part's docstring is its contract, one conformance test per
 bullet, as for `Queue`.
 
 Everything here is re-exported from `taskrunner.queue`, which stays the import path
-backends, the conformance suite and the docs use.
+backends, the conformance suite and the docs use. A queue class that implements a
+part's methods itself inherits the part's base from `taskrunner.queue_parts` instead
+of writing the property.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ __all__ = [
     "check_deliveries",
     "check_ids",
     "check_instant",
+    "check_lookup_ids",
     "check_names",
     "check_request",
     "check_requests",
@@ -123,6 +124,17 @@ def check_ids(message_ids: Sequence[str], *, name: str = "message_ids") -> list[
         if not isinstance(message_id, str):
             raise TypeError(f"a message id must be a str, not {type(message_id).__name__}")
     return ids
+
+
+def check_lookup_ids(message_ids: Sequence[str]) -> list[str | None]:
+    """The ids of a `MessageLookup.lookup`, as a list, if `message_ids` is no single str.
+
+    An id that is not a `str` is None in the list: the contract answers an id the
+    backend never issues with None, "never an error", whatever its type (unlike
+    `check_ids`, which refuses it where the contract says so).
+    """
+    ids: list[object] = _batch("message_ids", message_ids, (str, bytes), "ids")
+    return [message_id if isinstance(message_id, str) else None for message_id in ids]
 
 
 def check_names(name: str, values: Sequence[str], *, item: str, nul: bool = True) -> list[str]:

@@ -28,10 +28,10 @@ def _by_cursor(messages: list[BrowsedMessage], limit: int) -> list[BrowsedMessag
 class BrowseResetsTheIdleTimeOfLeases(InMemoryQueue):
     """Reading the in-flight list touches every lease, as a heartbeat would."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        page = super().browse_messages(state, after=after, limit=limit)
+        page = await super().browse_messages(state, after=after, limit=limit)
         if state == "in_flight":
             now = self._store.clock.monotonic()
             for message in self._store.in_flight.values():
@@ -42,22 +42,22 @@ class BrowseResetsTheIdleTimeOfLeases(InMemoryQueue):
 class BrowseIgnoresTheCursor(InMemoryQueue):
     """Every page starts at the first message."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        return super().browse_messages(state, after=None, limit=limit)
+        return await super().browse_messages(state, after=None, limit=limit)
 
 
 class BrowseListsLeasedMessagesAsWaiting(InMemoryQueue):
     """The waiting list holds the in-flight messages too (a listing of 'not acked')."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        page = super().browse_messages(state, after=after, limit=limit)
+        page = await super().browse_messages(state, after=after, limit=limit)
         if state == "waiting":
             page = _by_cursor(
-                page + super().browse_messages("in_flight", after=after, limit=limit), limit
+                page + await super().browse_messages("in_flight", after=after, limit=limit), limit
             )
         return page
 
@@ -65,10 +65,10 @@ class BrowseListsLeasedMessagesAsWaiting(InMemoryQueue):
 class BrowseListsDelayedMessagesAsWaiting(InMemoryQueue):
     """The waiting list holds messages released with a delay that is not over."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        page = super().browse_messages(state, after=after, limit=limit)
+        page = await super().browse_messages(state, after=after, limit=limit)
         if state == "waiting":
             store = self._store
             now, wall = store.clock.monotonic(), store.clock.time()
@@ -85,20 +85,20 @@ class BrowseListsDelayedMessagesAsWaiting(InMemoryQueue):
 class BrowseNamesNoHolder(InMemoryQueue):
     """In-flight messages are listed without their holder."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        page = super().browse_messages(state, after=after, limit=limit)
+        page = await super().browse_messages(state, after=after, limit=limit)
         return [msgspec.structs.replace(m, consumer=None) for m in page]
 
 
 class BrowseCountsTheNextDelivery(InMemoryQueue):
     """A released message is listed with the delivery count it will have when received."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        page = super().browse_messages(state, after=after, limit=limit)
+        page = await super().browse_messages(state, after=after, limit=limit)
         if state == "in_flight":
             return page
         return [
@@ -112,12 +112,12 @@ class BrowseCountsTheNextDelivery(InMemoryQueue):
 class BrowseClampsALimitAboveTheCap(InMemoryQueue):
     """A limit above the cap is clamped instead of refused."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
         if limit > BROWSE_LIMIT:
             limit = BROWSE_LIMIT
-        return super().browse_messages(state, after=after, limit=limit)
+        return await super().browse_messages(state, after=after, limit=limit)
 
 
 def _factory(queue_class: type[InMemoryQueue]) -> Callable[[], SubclassHarness]:

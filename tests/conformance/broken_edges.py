@@ -168,11 +168,11 @@ class ExpiredResultsReadUntilSwept(_Shimmed):
 class BrowsePagesByPosition(InMemoryQueue):
     """A cursor is a position in the listing (OFFSET paging): moves shift what comes next."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        super().browse_messages(state, after=after, limit=limit)  # the argument checks
-        listing = super().browse_messages(state, limit=BROWSE_LIMIT)
+        await super().browse_messages(state, after=after, limit=limit)  # the argument checks
+        listing = await super().browse_messages(state, limit=BROWSE_LIMIT)
         start = 0 if after is None else int(after)
         return [
             msgspec.structs.replace(m, cursor=str(start + n + 1))
@@ -183,10 +183,10 @@ class BrowsePagesByPosition(InMemoryQueue):
 class BrowseLosesItsPlaceWhenTheCursorMoves(InMemoryQueue):
     """A page after a cursor whose message left the listing is empty (the cursor is looked up)."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        page = super().browse_messages(state, after=after, limit=limit)
+        page = await super().browse_messages(state, after=after, limit=limit)
         if after is not None:
             message = self._store.messages.get(after)
             leased = message is not None and message.state == "in_flight"
@@ -198,10 +198,10 @@ class BrowseLosesItsPlaceWhenTheCursorMoves(InMemoryQueue):
 class BrowseSkipsDueReleasedMessages(InMemoryQueue):
     """The waiting list holds only messages a receive has made ready, not due delayed ones."""
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        page = super().browse_messages(state, after=after, limit=limit)
+        page = await super().browse_messages(state, after=after, limit=limit)
         if state == "waiting":
             messages = self._store.messages
             page = [m for m in page if messages[m.message_id].state == "ready"]

@@ -1,7 +1,9 @@
 """Read-only views of a memory store: `MessageLookup`, `MessageBrowser`, `QueueNames`.
 
-The queue's parts named after their one method (``lookup``, ``browse``) are separate
-objects over a handle, since the queue's own attribute of that name is the part.
+`lookup_messages` and `browse_messages` are the methods behind the queue's ``lookup``
+and ``browse`` parts (`taskrunner.queue_parts.LookupOnSelf`, `BrowseOnSelf`). The
+``queue_names`` part is an object of its own, `_Names`: it belongs to the named store
+a handle was opened through, and a handle built directly has none.
 """
 
 from __future__ import annotations
@@ -18,23 +20,40 @@ from taskrunner.queue import (
     check_names_limit,
 )
 
-from ..checks import check_ids
+from ..checks import check_lookup_ids
 from .store import _NAMED_STORES, _Handle, _Message
 
-__all__ = ["_Browser", "_Browsing", "_Lookup", "_Names", "_browsed"]
+__all__ = ["_Browsing", "_Names", "_browsed"]
 
 
 class _Browsing(_Handle):
-    """The lookup and browse reads of `InMemoryQueue`, behind `_Lookup` and `_Browser`."""
+    """The lookup and browse reads of `InMemoryQueue`, behind its ``lookup`` and ``browse``."""
 
-    def _lookup_states(self, message_ids: Sequence[str]) -> list[MessageState | None]:
-        message_ids = check_ids(message_ids)
+    async def lookup_messages(self, message_ids: Sequence[str]) -> list[MessageState | None]:
+        """The state of each id, in order; None where the store holds no such message.
+
+        Ready: never delivered (delivery count 0) or released and due. Delayed: added
+        with a delay, or released with one, not yet due, with ``due_at`` on the wall
+        clock. Running: leased, with its holder, idle time and delivery count (also
+        once the lease lapsed, until it is reclaimed). Dead: found by the message's
+        original id, with reason, time and body. Acked, cancelled, purged, retried
+        (the retry has a new id), unknown and malformed ids (a non-`str` one too) are
+        None. Constant time per id.
+
+        Raises:
+            TypeError: `message_ids` is a single string.
+            QueueClosedError: The handle is closed.
+        """
+        ids = check_lookup_ids(message_ids)
         self._check_open()
         store = self._store
         now = store.clock.monotonic()
         wall = store.clock.time()
         states: list[MessageState | None] = []
-        for message_id in message_ids:
+        for message_id in ids:
+            if message_id is None:
+                states.append(None)
+                continue
             message = store.messages.get(message_id)
             if message is not None:
                 states.append(_state_of(message, now, wall))
@@ -61,7 +80,7 @@ class _Browsing(_Handle):
             dead_at=letter.dead_at,
         )
 
-    def browse_messages(
+    async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
         """Up to `limit` messages in `state` with an id after `after`, in id order.
@@ -104,32 +123,6 @@ class _Browsing(_Handle):
         return page
 
 
-class _Lookup:
-    """`MessageLookup` over one handle (see `InMemoryQueue.lookup`)."""
-
-    __slots__ = ("_queue",)
-
-    def __init__(self, queue: _Browsing) -> None:
-        self._queue = queue
-
-    async def lookup(self, message_ids: Sequence[str]) -> list[MessageState | None]:
-        """The state of each id, in order; None where the store holds no such message.
-
-        Ready: never delivered (delivery count 0) or released and due. Delayed: added
-        with a delay, or released with one, not yet due, with ``due_at`` on the wall
-        clock. Running: leased, with its holder, idle time and delivery count (also
-        once the lease lapsed, until it is reclaimed). Dead: found by the message's
-        original id, with reason, time and body. Acked, cancelled, purged, retried
-        (the retry has a new id), unknown and malformed ids are None. Constant time
-        per id.
-
-        Raises:
-            TypeError: `message_ids` is a single string, or an id is not a `str`.
-            QueueClosedError: The handle is closed.
-        """
-        return self._queue._lookup_states(message_ids)
-
-
 class _Names:
     """`QueueNames` of the stores opened through one ``memory://NAME`` (see `InMemoryQueue`)."""
 
@@ -150,21 +143,6 @@ class _Names:
             if key.startswith(self._prefix) and (after is None or key[cut:] > after)
         )
         return QueueNameList(names=tuple(names[:limit]), complete=len(names) <= limit)
-
-
-class _Browser:
-    """`MessageBrowser` over one handle (see `InMemoryQueue.browse_messages`)."""
-
-    __slots__ = ("_queue",)
-
-    def __init__(self, queue: _Browsing) -> None:
-        self._queue = queue
-
-    async def browse(
-        self, state: BrowseState, *, after: str | None = None, limit: int = 100
-    ) -> list[BrowsedMessage]:
-        """See `InMemoryQueue.browse_messages`."""
-        return self._queue.browse_messages(state, after=after, limit=limit)
 
 
 def _browsed(message: _Message, now: float, wall: float) -> BrowsedMessage:

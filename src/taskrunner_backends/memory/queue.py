@@ -14,32 +14,35 @@ from taskrunner.clock import Clock, SystemClock, wait_event
 from taskrunner.queue import (
     CONTRACT_VERSION,
     Capabilities,
-    ConsumerCleanup,
     ConsumerStats,
     DeadLetter,
     Delivery,
-    Leadership,
-    MessageBrowser,
-    MessageLookup,
-    QueueAdmin,
     QueueNames,
     QueueStats,
     Receipt,
-    ResultStore,
-    Scheduling,
     WorkerInfo,
-    WorkerRegistry,
+)
+from taskrunner.queue_parts import (
+    AdminOnSelf,
+    BrowseOnSelf,
+    ConsumerCleanupOnSelf,
+    LeadershipOnSelf,
+    LookupOnSelf,
+    ResultsOnSelf,
+    SchedulingOnSelf,
+    WorkerRegistryOnSelf,
 )
 
 from ..checks import (
     check_bodies,
     check_count,
     check_deliveries,
+    check_ids,
     check_seconds,
     check_worker,
     encode_reason,
 )
-from .browse import _Browser, _Browsing, _Lookup, _Names
+from .browse import _Browsing, _Names
 from .leadership import _Leadership
 from .results import _Results
 from .scheduling import _Scheduling
@@ -66,7 +69,20 @@ _CAPABILITIES = Capabilities(
 )
 
 
-class InMemoryQueue(_Scheduling, _Leadership, _Results, _Browsing):
+class InMemoryQueue(
+    _Scheduling,
+    _Leadership,
+    _Results,
+    _Browsing,
+    AdminOnSelf,
+    WorkerRegistryOnSelf,
+    ConsumerCleanupOnSelf,
+    SchedulingOnSelf,
+    LeadershipOnSelf,
+    ResultsOnSelf,
+    LookupOnSelf,
+    BrowseOnSelf,
+):
     """A `taskrunner.queue.Queue` held in process memory.
 
     Args:
@@ -108,45 +124,6 @@ class InMemoryQueue(_Scheduling, _Leadership, _Results, _Browsing):
         return _CAPABILITIES
 
     @property
-    def admin(self) -> QueueAdmin:
-        """This queue: dead letters, purge and delete are implemented."""
-        return self
-
-    @property
-    def worker_registry(self) -> WorkerRegistry:
-        """This queue: it keeps a worker registry."""
-        return self
-
-    @property
-    def consumer_cleanup(self) -> ConsumerCleanup:
-        """This queue: it forgets idle consumers on request."""
-        return self
-
-    @property
-    def scheduling(self) -> Scheduling:
-        """This queue: delayed and unique adds and cancellation are implemented."""
-        return self
-
-    @property
-    def leadership(self) -> Leadership:
-        """This queue: leader leases and fire-once records are implemented."""
-        return self
-
-    @property
-    def results(self) -> ResultStore:
-        """This queue: task results with a TTL, shared by the handles of one store."""
-        return self
-
-    @property
-    def lookup(self) -> MessageLookup:
-        """The state of messages by id, answered from this store's records.
-
-        A separate object, not the queue itself: the part's one method is also named
-        ``lookup``, which the queue's own attribute of that name (this property) hides.
-        """
-        return _Lookup(self)
-
-    @property
     def queue_names(self) -> QueueNames | None:
         """The queues opened in this process through the same ``memory://NAME`` URL.
 
@@ -155,14 +132,6 @@ class InMemoryQueue(_Scheduling, _Leadership, _Results, _Browsing):
         the process ends.
         """
         return None if self._url_prefix is None else _Names(self, self._url_prefix)
-
-    @property
-    def browse(self) -> MessageBrowser:
-        """A read-only, keyset-paged listing of waiting and in-flight messages (`browse_messages`).
-
-        A separate object, as `lookup`: the part's one method is also named ``browse``.
-        """
-        return _Browser(self)
 
     # -- the contract ------------------------------------------------------------
 
@@ -366,7 +335,7 @@ class InMemoryQueue(_Scheduling, _Leadership, _Results, _Browsing):
         """Move dead letters back to the queue as new messages."""
         self._check_open()
         store = self._store
-        chosen = list(store.dead) if message_ids is None else list(message_ids)
+        chosen = list(store.dead) if message_ids is None else check_ids(message_ids)
         bodies = [self._pop_dead(i).body for i in chosen if i in store.dead]
         return await self.add(bodies)
 
@@ -374,7 +343,7 @@ class InMemoryQueue(_Scheduling, _Leadership, _Results, _Browsing):
         """Delete dead letters; returns how many."""
         self._check_open()
         store = self._store
-        chosen = list(store.dead) if message_ids is None else list(message_ids)
+        chosen = list(store.dead) if message_ids is None else check_ids(message_ids)
         return sum(self._pop_dead(i) is not None for i in chosen if i in store.dead)
 
     async def purge(self) -> int:

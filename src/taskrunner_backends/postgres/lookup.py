@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from taskrunner.queue import MessageState
+from taskrunner_backends.checks import check_lookup_ids
 
 from .db import Database
 from .scheduling import parse_message_id
@@ -83,9 +84,7 @@ class PostgresLookup:
             TypeError: `message_ids` is a single string.
         """
         self._check_open()
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        ids = [parse_message_id(i) for i in message_ids]
+        ids = [parse_message_id(i) for i in check_lookup_ids(message_ids)]
         wanted = sorted({i for i in ids if i is not None})
         if not wanted:
             return [None] * len(ids)

@@ -49,7 +49,6 @@ from taskrunner.queue import (
     Leadership,
     MessageBrowser,
     MessageLookup,
-    QueueAdmin,
     QueueNames,
     QueueStats,
     Receipt,
@@ -57,8 +56,8 @@ from taskrunner.queue import (
     Scheduling,
     TransactionalAdd,
     WorkerInfo,
-    WorkerRegistry,
 )
+from taskrunner.queue_parts import AdminOnSelf, WorkerRegistryOnSelf
 from taskrunner_backends.checks import (
     check_bodies,
     check_count,
@@ -381,7 +380,7 @@ def _dead_ids(message_ids: Sequence[str] | None) -> tuple[bool, list[int]]:
     return False, ids
 
 
-class PostgresQueue:
+class PostgresQueue(AdminOnSelf, WorkerRegistryOnSelf):
     """A `taskrunner.queue.Queue` on PostgreSQL, with every optional part but consumer clean-up.
 
     It is its own `QueueAdmin` and `WorkerRegistry`; `scheduling`, `leadership`,
@@ -467,16 +466,6 @@ class PostgresQueue:
     def capabilities(self) -> Capabilities:
         """Blocking (LISTEN/NOTIFY), FIFO, persistent, shared, durable on commit."""
         return self._capabilities
-
-    @property
-    def admin(self) -> QueueAdmin:
-        """This queue: dead letters, purge and delete."""
-        return self
-
-    @property
-    def worker_registry(self) -> WorkerRegistry:
-        """This queue: one ``workers`` row per process, expiring on the server's clock."""
-        return self
 
     @property
     def consumer_cleanup(self) -> ConsumerCleanup | None:

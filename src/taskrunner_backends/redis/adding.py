@@ -29,7 +29,7 @@ from typing import Any
 
 from taskrunner.errors import BackendUnavailableError
 from taskrunner.queue import Added, AddRequest
-from taskrunner_backends.checks import check_ids, check_request
+from taskrunner_backends.checks import check_bodies, check_ids, check_request, check_requests
 
 from .arguments import _milliseconds
 from .base import QueueBase
@@ -62,9 +62,7 @@ class AddingMixin(QueueBase):
             BackendUnavailableError: The server could not be reached; some bodies may
                 have been added.
         """
-        for body in bodies:
-            if not isinstance(body, bytes):
-                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        bodies = check_bodies(bodies)
         await self._ready()
         if not bodies:
             return []
@@ -118,20 +116,17 @@ class AddingMixin(QueueBase):
             ValueError: The lengths differ, a relay id is empty, or `record_seconds`
                 is not positive; the errors of `add_requests` otherwise.
         """
-        if isinstance(requests, AddRequest):
-            raise TypeError("requests must be a sequence of AddRequest, not a single one")
-        ids = check_relay_ids(relay_ids, len(requests))
+        checked = check_requests(requests)
+        ids = check_relay_ids(relay_ids, len(checked))
         record_ms = _milliseconds("record_seconds", record_seconds, positive=True)
-        return await self._add_requests(requests, ids, record_ms)
+        return await self._add_requests(checked, ids, record_ms)
 
     async def _add_requests(
         self, requests: Sequence[AddRequest], relay_ids: Sequence[str] | None, record_ms: int
     ) -> list[Added]:
-        if isinstance(requests, AddRequest):
-            raise TypeError("requests must be a sequence of AddRequest, not a single one")
         encoded = [
             (*_encode_request(request), "" if relay_ids is None else relay_ids[index])
-            for index, request in enumerate(requests)
+            for index, request in enumerate(check_requests(requests))
         ]
         await self._ready()
         if not encoded:

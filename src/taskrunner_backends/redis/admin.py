@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 
 from taskrunner.queue import ConsumerStats, DeadLetter, QueueNameList, QueueStats, check_names_limit
+from taskrunner_backends.checks import check_ids
 
 from .arguments import _check_consumer, _milliseconds
 from .base import QueueBase
@@ -324,9 +325,8 @@ class AdminMixin(QueueBase):
         return QueueNameList(names=tuple(names[:limit]), complete=done and len(names) <= limit)
 
     def _valid_ids(self, message_ids: Sequence[str]) -> list[str]:
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        return [i for i in message_ids if _is_stream_id(i)]
+        # The shared type check; an id that is no stream id is unknown, and skipped.
+        return [i for i in check_ids(message_ids) if _is_stream_id(i)]
 
 
 def _ready_count(lag: int, length: int, pending: int) -> int:
@@ -341,16 +341,3 @@ def _stamp_seconds(raw: bytes) -> float:
         return float(raw or b"0") / 1000
     except ValueError:
         return 0.0
-
-
-class _Names:
-    """`QueueNames` of a `RedisStreamsQueue` (see `RedisStreamsQueue.list_queue_names`)."""
-
-    __slots__ = ("_queue",)
-
-    def __init__(self, queue: AdminMixin) -> None:
-        self._queue = queue
-
-    async def queue_names(self, *, after: str | None = None, limit: int = 1000) -> QueueNameList:
-        """See `RedisStreamsQueue.list_queue_names`."""
-        return await self._queue.list_queue_names(after=after, limit=limit)

@@ -93,18 +93,3 @@ class BrowseMixin(QueueBase):
                 )
             )
         return page
-
-
-class _Browser:
-    """`MessageBrowser` of a `RedisStreamsQueue` (see `RedisStreamsQueue.browse_messages`)."""
-
-    __slots__ = ("_queue",)
-
-    def __init__(self, queue: BrowseMixin) -> None:
-        self._queue = queue
-
-    async def browse(
-        self, state: BrowseState, *, after: str | None = None, limit: int = 100
-    ) -> list[BrowsedMessage]:
-        """See `RedisStreamsQueue.browse_messages`."""
-        return await self._queue.browse_messages(state, after=after, limit=limit)

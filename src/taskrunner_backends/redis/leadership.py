@@ -9,12 +9,17 @@ the body in one script. delete_queue deletes both (tokens then start again at 1)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from taskrunner.queue import FireRecord, LeaderLease
-from taskrunner_backends.checks import check_names, check_text, check_token
+from taskrunner_backends.checks import (
+    check_body,
+    check_instant,
+    check_names,
+    check_text,
+    check_token,
+)
 
 from .arguments import _milliseconds
 from .base import QueueBase
@@ -91,12 +96,8 @@ class LeadershipMixin(QueueBase):
         check_text("election", election)
         check_text("schedule", schedule)
         check_token(token, bits=_TOKEN_BITS)
-        if not isinstance(body, bytes):
-            raise TypeError(f"message body must be bytes, not {type(body).__name__}")
-        if isinstance(instant, bool) or not isinstance(instant, int | float):
-            raise TypeError(f"instant must be a number, not {type(instant).__name__}")
-        if not math.isfinite(instant):
-            raise ValueError(f"instant must be finite, got {instant}")
+        instant = check_instant("instant", instant)
+        check_body(body)
         reply = await self._leadership(
             "fire", election, token, schedule, repr(float(instant)), body
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from taskrunner.errors import BackendError
 from taskrunner.queue import MessageState
+from taskrunner_backends.checks import check_lookup_ids
 
 from .base import QueueBase
 from .receipts import _caller_name
@@ -44,14 +45,13 @@ class LookupMixin(QueueBase):
         stream id.
 
         Raises:
-            TypeError: `message_ids` is a single string.
+            TypeError: `message_ids` is a single string
+                (`taskrunner_backends.checks.check_lookup_ids`, as on every backend).
         """
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        ids = list(message_ids)
+        ids = check_lookup_ids(message_ids)
         await self._ready()
         states: list[MessageState | None] = [None] * len(ids)
-        valid = [(index, i) for index, i in enumerate(ids) if _is_stream_id(i)]
+        valid = [(index, i) for index, i in enumerate(ids) if i is not None and _is_stream_id(i)]
         if not valid:
             return states
         keys = self._keys
@@ -106,16 +106,3 @@ def _message_state(message_id: str, row: Sequence[Any]) -> MessageState | None:
     if name == "ready":
         return MessageState(state="ready", **common)
     raise BackendError(f"unexpected lookup state {name!r}")
-
-
-class _Lookup:
-    """`MessageLookup` of a `RedisStreamsQueue` (see `RedisStreamsQueue.lookup_messages`)."""
-
-    __slots__ = ("_queue",)
-
-    def __init__(self, queue: LookupMixin) -> None:
-        self._queue = queue
-
-    async def lookup(self, message_ids: Sequence[str]) -> list[MessageState | None]:
-        """The state of each id, in order; None where the queue holds no such message."""
-        return await self._queue.lookup_messages(message_ids)

@@ -43,13 +43,15 @@ from taskrunner.errors import ConfigurationError
 from taskrunner.queue import (
     CONTRACT_VERSION,
     Capabilities,
-    ConsumerCleanup,
-    Leadership,
-    MessageLookup,
-    QueueAdmin,
-    ResultStore,
-    Scheduling,
-    WorkerRegistry,
+)
+from taskrunner.queue_parts import (
+    AdminOnSelf,
+    ConsumerCleanupOnSelf,
+    LeadershipOnSelf,
+    LookupOnSelf,
+    ResultsOnSelf,
+    SchedulingOnSelf,
+    WorkerRegistryOnSelf,
 )
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
@@ -59,7 +61,7 @@ from .cluster_url import split_cluster_url
 from .errors import translate_errors
 from .keys import QueueKeys, key_slot, shard_tag
 from .partitioned_delivery import UNWATCHED_RECHECK_SECONDS, DeliveryMixin
-from .partitioned_parts import PartsMixin, _Lookup
+from .partitioned_parts import PartsMixin
 from .partitioned_shards import SHARD_RETRY_MAX_SECONDS, SHARD_RETRY_MIN_SECONDS, split_id
 from .queue import (
     _CAPABILITIES,
@@ -85,7 +87,17 @@ MAX_SHARDS = 1024
 _CLUSTER_CAPABILITIES = msgspec.structs.replace(_CAPABILITIES, ordering="none")
 
 
-class PartitionedQueue(DeliveryMixin, PartsMixin):
+class PartitionedQueue(
+    DeliveryMixin,
+    PartsMixin,
+    AdminOnSelf,
+    WorkerRegistryOnSelf,
+    ConsumerCleanupOnSelf,
+    SchedulingOnSelf,
+    LeadershipOnSelf,
+    ResultsOnSelf,
+    LookupOnSelf,
+):
     """A `taskrunner.queue.Queue` spread over `shards` streams of a Redis Cluster.
 
     Args:
@@ -171,6 +183,9 @@ class PartitionedQueue(DeliveryMixin, PartsMixin):
         )
 
     # -- parts -------------------------------------------------------------------------
+    # admin, worker_registry, consumer_cleanup, scheduling, leadership, results and lookup
+    # come from the taskrunner.queue_parts bases: the methods are DeliveryMixin's and
+    # PartsMixin's.
 
     @property
     def requires_heartbeat(self) -> bool:
@@ -187,41 +202,6 @@ class PartitionedQueue(DeliveryMixin, PartsMixin):
         return msgspec.structs.replace(
             self._shards[0].capabilities, ordering=_CLUSTER_CAPABILITIES.ordering, browse=False
         )
-
-    @property
-    def admin(self) -> QueueAdmin:
-        """This queue: every shard's dead letters, purge and delete."""
-        return self
-
-    @property
-    def worker_registry(self) -> WorkerRegistry:
-        """This queue: the registry hash of shard 0."""
-        return self
-
-    @property
-    def consumer_cleanup(self) -> ConsumerCleanup:
-        """This queue: consumers are removed from every shard's group."""
-        return self
-
-    @property
-    def scheduling(self) -> Scheduling:
-        """This queue: delayed and unique adds routed as the module docstring says."""
-        return self
-
-    @property
-    def leadership(self) -> Leadership:
-        """This queue: leader leases and fire records live in shard 0."""
-        return self
-
-    @property
-    def results(self) -> ResultStore:
-        """This queue: each result lives in the shard its id names."""
-        return self
-
-    @property
-    def lookup(self) -> MessageLookup:
-        """The state of a message by id, asked of the shard its id names."""
-        return _Lookup(self)
 
     # -- lifecycle ---------------------------------------------------------------------
 

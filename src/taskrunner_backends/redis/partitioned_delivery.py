@@ -31,7 +31,14 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from taskrunner.errors import BackendUnavailableError
 from taskrunner.queue import Added, AddRequest, Delivery
-from taskrunner_backends.checks import check_count, check_deliveries, encode_reason
+from taskrunner_backends.checks import (
+    check_bodies,
+    check_count,
+    check_deliveries,
+    check_ids,
+    check_requests,
+    encode_reason,
+)
 
 from .adding import _encode_request, check_relay_ids
 from .arguments import _check_consumer, _milliseconds
@@ -58,9 +65,7 @@ class DeliveryMixin(ShardsBase):
             BackendUnavailableError: A master could not be reached; some bodies may
                 have been added.
         """
-        for body in bodies:
-            if not isinstance(body, bytes):
-                raise TypeError(f"message body must be bytes, not {type(body).__name__}")
+        bodies = check_bodies(bodies)
         self._check_open()
         if not bodies:
             return []
@@ -316,8 +321,7 @@ class DeliveryMixin(ShardsBase):
             BackendUnavailableError: A master could not be reached; some of the
                 requests may have been added.
         """
-        if isinstance(requests, AddRequest):
-            raise TypeError("requests must be a sequence of AddRequest, not a single one")
+        requests = check_requests(requests)
         self._check_open()
         # Every request is checked before any shard adds anything.
         for request in requests:
@@ -391,10 +395,8 @@ class DeliveryMixin(ShardsBase):
 
     async def cancel(self, message_ids: Sequence[str]) -> list[bool]:
         """Cancel each id in its shard; False for ids of no shard of this queue."""
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
+        ids = check_ids(message_ids)
         self._check_open()
-        ids = list(message_ids)
         flags = [False] * len(ids)
         parts = self._split_ids(ids)
         shards = list(parts)

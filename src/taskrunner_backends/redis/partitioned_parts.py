@@ -25,6 +25,7 @@ from taskrunner.queue import (
     ResultWrite,
     WorkerInfo,
 )
+from taskrunner_backends.checks import check_ids, check_lookup_ids, check_result_writes
 
 from .partitioned_shards import ShardsBase
 
@@ -112,24 +113,16 @@ class PartsMixin(ShardsBase):
 
     async def put_results(self, results: Sequence[ResultWrite]) -> None:
         """Store each result in the shard its id names (see the module docstring)."""
-        if isinstance(results, ResultWrite):
-            raise TypeError("results must be a sequence of ResultWrite, not a single one")
+        writes = check_result_writes(results)
         self._check_open()
         parts: dict[int, list[ResultWrite]] = {}
-        for write in results:
-            if not isinstance(write, ResultWrite):
-                raise TypeError(f"expected ResultWrite, got {type(write).__name__}")
-            if not isinstance(write.message_id, str):
-                raise TypeError(f"message ids must be str, not {type(write.message_id).__name__}")
+        for write in writes:
             parts.setdefault(self._route(write.message_id), []).append(write)
-        # Every shard checks its part before sending anything, so check them all first.
-        for s, part in parts.items():
-            self._shards[s].check_results(part)
         await self._gather([self._shards[s].put_results(part) for s, part in parts.items()])
 
     async def get_results(self, message_ids: Sequence[str]) -> list[bytes | None]:
         """The stored body of each id, read from each id's shard in parallel."""
-        ids = self._result_ids(message_ids)
+        ids = check_ids(message_ids)
         self._check_open()
         bodies: list[bytes | None] = [None] * len(ids)
         parts: dict[int, list[int]] = {}
@@ -153,7 +146,7 @@ class PartsMixin(ShardsBase):
 
     async def delete_results(self, message_ids: Sequence[str]) -> int:
         """Delete the results of `message_ids` in their shards; returns how many existed."""
-        ids = self._result_ids(message_ids)
+        ids = check_ids(message_ids)
         self._check_open()
         parts: dict[int, list[str]] = {}
         for message_id in dict.fromkeys(ids):
@@ -163,22 +156,10 @@ class PartsMixin(ShardsBase):
         )
         return sum(counts)
 
-    @staticmethod
-    def _result_ids(message_ids: Sequence[str]) -> list[str]:
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        ids = list(message_ids)
-        for message_id in ids:
-            if not isinstance(message_id, str):
-                raise TypeError(f"message ids must be str, not {type(message_id).__name__}")
-        return ids
-
     async def lookup_messages(self, message_ids: Sequence[str]) -> list[MessageState | None]:
         """The state of each id, asked of its shard (in parallel); None for ids of none."""
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
+        ids = check_lookup_ids(message_ids)
         self._check_open()
-        ids = list(message_ids)
         states: list[MessageState | None] = [None] * len(ids)
         parts = self._split_ids(ids)
         shards = list(parts)
@@ -213,9 +194,7 @@ class PartsMixin(ShardsBase):
         if message_ids is None:
             parts = await self._each(lambda shard: shard.retry_dead_letters(None))
             return [f"{s}@{i}" for s, part in enumerate(parts) for i in part]
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        split = self._split_ids(list(message_ids))
+        split = self._split_ids(check_ids(message_ids))
         shards = list(split)
         replies = await self._gather(
             [self._shards[s].retry_dead_letters([inner for _, inner in split[s]]) for s in shards]
@@ -227,9 +206,7 @@ class PartsMixin(ShardsBase):
         self._check_open()
         if message_ids is None:
             return sum(await self._each(lambda shard: shard.purge_dead_letters(None)))
-        if isinstance(message_ids, str):
-            raise TypeError("message_ids must be a sequence of ids, not a single string")
-        split = self._split_ids(list(message_ids))
+        split = self._split_ids(check_ids(message_ids))
         counts = await self._gather(
             [self._shards[s].purge_dead_letters([i for _, i in part]) for s, part in split.items()]
         )
@@ -278,14 +255,3 @@ class PartsMixin(ShardsBase):
 def _oldest(ages: Any) -> float | None:
     known = [age for age in ages if age is not None]
     return max(known) if known else None
-
-
-class _Lookup:
-    """The ``lookup`` part of a `PartitionedQueue`."""
-
-    def __init__(self, queue: PartsMixin) -> None:
-        self._queue = queue
-
-    async def lookup(self, message_ids: Sequence[str]) -> list[MessageState | None]:
-        """See `PartitionedQueue.lookup_messages`."""
-        return await self._queue.lookup_messages(message_ids)

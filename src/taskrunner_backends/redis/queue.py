@@ -54,28 +54,30 @@ from taskrunner.errors import ConfigurationError
 from taskrunner.queue import (
     CONTRACT_VERSION,
     Capabilities,
-    ConsumerCleanup,
-    Leadership,
-    MessageBrowser,
-    MessageLookup,
-    QueueAdmin,
-    QueueNames,
-    ResultStore,
-    Scheduling,
-    WorkerRegistry,
+)
+from taskrunner.queue_parts import (
+    AdminOnSelf,
+    BrowseOnSelf,
+    ConsumerCleanupOnSelf,
+    LeadershipOnSelf,
+    LookupOnSelf,
+    QueueNamesOnSelf,
+    ResultsOnSelf,
+    SchedulingOnSelf,
+    WorkerRegistryOnSelf,
 )
 from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
 from .adding import ADD_REQUESTS_BATCH, DURABLE_WAIT_SECONDS, AddingMixin
-from .admin import NAMES_SCAN_CALLS, NAMES_SCAN_COUNT, STATS_PENDING_SAMPLE, AdminMixin, _Names
+from .admin import NAMES_SCAN_CALLS, NAMES_SCAN_COUNT, STATS_PENDING_SAMPLE, AdminMixin
 from .base import Durability
-from .browse import BrowseMixin, _Browser
+from .browse import BrowseMixin
 from .client import RawClient
 from .errors import translate_errors
 from .fencing import FENCED_BATCH
 from .keys import QueueKeys
 from .leadership import LeadershipMixin
-from .lookup import LOOKUP_BATCH, LookupMixin, _Lookup
+from .lookup import LOOKUP_BATCH, LookupMixin
 from .receiving import (
     BLOCK_READ_MARGIN_SECONDS,
     DELAYED_LATENESS_SECONDS,
@@ -152,11 +154,22 @@ class RedisStreamsQueue(
     BrowseMixin,
     AdminMixin,
     WorkersMixin,
+    AdminOnSelf,
+    WorkerRegistryOnSelf,
+    ConsumerCleanupOnSelf,
+    SchedulingOnSelf,
+    LeadershipOnSelf,
+    ResultsOnSelf,
+    LookupOnSelf,
+    BrowseOnSelf,
+    QueueNamesOnSelf,
 ):
     """A `taskrunner.queue.Queue` on Redis Streams, with every optional part.
 
     It is its own `QueueAdmin`, `WorkerRegistry`, `ConsumerCleanup`, `Scheduling`,
-    `Leadership` and `ResultStore`; its `lookup` part is a small object of its own.
+    `Leadership` and `ResultStore`; its ``lookup``, ``browse`` and ``queue_names``
+    parts forward to `lookup_messages`, `browse_messages` and `list_queue_names`
+    (the `taskrunner.queue_parts` bases, listed after the mixins implementing them).
 
     Args:
         client: A ``redis.asyncio.Redis``; its connection pool is used, its reply
@@ -258,57 +271,6 @@ class RedisStreamsQueue(
         Not cancel-safe: a cancelled receive may leave entries leased until reclaimed.
         """
         return _DURABLE_CAPABILITIES if self._durable else _CAPABILITIES
-
-    @property
-    def admin(self) -> QueueAdmin:
-        """This queue: dead letters, purge and delete are implemented."""
-        return self
-
-    @property
-    def worker_registry(self) -> WorkerRegistry:
-        """This queue: worker entries live in one hash per queue."""
-        return self
-
-    @property
-    def consumer_cleanup(self) -> ConsumerCleanup:
-        """This queue: consumers holding nothing can be deleted from the group."""
-        return self
-
-    @property
-    def scheduling(self) -> Scheduling:
-        """This queue: delayed adds, unique adds and cancel (see `add_requests`)."""
-        return self
-
-    @property
-    def leadership(self) -> Leadership:
-        """This queue: leader leases and fire records live in two hashes per queue."""
-        return self
-
-    @property
-    def results(self) -> ResultStore:
-        """This queue: results are string keys with PX in the queue's slot (`put_results`)."""
-        return self
-
-    @property
-    def lookup(self) -> MessageLookup:
-        """The state of a message by id, read from this queue's records (`lookup_messages`).
-
-        A small object of its own: the part's method is also named ``lookup``.
-        """
-        return _Lookup(self)
-
-    @property
-    def queue_names(self) -> QueueNames:
-        """The queues of this namespace, found by a bounded SCAN (`list_queue_names`)."""
-        return _Names(self)
-
-    @property
-    def browse(self) -> MessageBrowser:
-        """A read-only page of waiting or in-flight messages (`browse_messages`).
-
-        A small object of its own: the part's method is also named ``browse``.
-        """
-        return _Browser(self)
 
     # -- lifecycle ---------------------------------------------------------------------
 

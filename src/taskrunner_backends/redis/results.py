@@ -51,7 +51,7 @@ from typing import Any
 
 from taskrunner.errors import BackendError, QueueClosedError
 from taskrunner.queue import ResultWrite
-from taskrunner_backends.checks import check_ids, check_text
+from taskrunner_backends.checks import check_ids, check_result_writes, check_text
 
 from .arguments import _milliseconds
 from .base import QueueBase
@@ -396,15 +396,8 @@ class ResultsMixin(QueueBase):
 
     def check_results(self, results: Sequence[ResultWrite]) -> list[tuple[str, int, bytes]]:
         """What `put_results` would send: (id, TTL ms, body) each; raises as it does."""
-        if isinstance(results, ResultWrite):
-            raise TypeError("results must be a sequence of ResultWrite, not a single one")
         items: list[tuple[str, int, bytes]] = []
-        for write in results:
-            if not isinstance(write, ResultWrite):
-                raise TypeError(f"expected ResultWrite, got {type(write).__name__}")
-            check_text("message_id", write.message_id)
-            if not isinstance(write.body, bytes):
-                raise TypeError(f"result body must be bytes, not {type(write.body).__name__}")
+        for write in check_result_writes(results):
             ttl_ms = _milliseconds("ttl_seconds", write.ttl_seconds, positive=True)
             items.append((write.message_id, ttl_ms, write.body))
         return items
