@@ -410,18 +410,24 @@ class Producer:
         partition_key: str | None,
         connection: object | None = None,
     ) -> list[Dispatched]:
-        delay_seconds, due_at = _when(delay, at)
-        key: Any = unique_key
-        if key is not None and (not isinstance(key, str) or not key):
-            raise ValueError(f"unique_key must be a non-empty str, got {unique_key!r}")
-        key = partition_key
-        if key is not None and (not isinstance(key, str) or not key):
-            raise ValueError(f"partition_key must be a non-empty str, got {partition_key!r}")
-        unique = unique_key is not None or task.is_unique
+        delay_seconds, due_at, unique = _options(task, delay, at, unique_key, partition_key)
         with dispatching(self._app.queue, task.name, len(payloads)) as trace:
             if trace:
                 # The caller's own headers win over the injected trace context.
                 headers = {**trace, **headers} if headers else trace
+            if connection is not None:
+                part, requests = self._in_transaction(
+                    task,
+                    payloads,
+                    headers,
+                    delay_seconds,
+                    due_at,
+                    unique,
+                    unique_key,
+                    partition_key,
+                )
+                added = await part.add(connection, requests)
+                return [Dispatched(a.message_id, added=a.added) for a in added]
             return await self._add(
                 task,
                 payloads,
@@ -431,8 +437,64 @@ class Producer:
                 unique=unique,
                 unique_key=unique_key,
                 partition_key=partition_key,
-                connection=connection,
             )
+
+    def _send_in_transaction_sync(
+        self,
+        task: Task[Any],
+        payloads: list[Any],
+        *,
+        connection: object,
+        headers: Mapping[str, str] | None,
+        delay: Delay | None,
+        at: datetime | None,
+        unique_key: str | None,
+        partition_key: str | None,
+    ) -> list[Dispatched]:
+        """`_send` with a connection, blocking, in the calling thread (for `SyncProducer`).
+
+        Touches no connection of the queue's: the statements run on `connection`.
+        """
+        delay_seconds, due_at, unique = _options(task, delay, at, unique_key, partition_key)
+        with dispatching(self._app.queue, task.name, len(payloads)) as trace:
+            if trace:
+                headers = {**trace, **headers} if headers else trace
+            part, requests = self._in_transaction(
+                task, payloads, headers, delay_seconds, due_at, unique, unique_key, partition_key
+            )
+            added = part.add_sync(connection, requests)
+        return [Dispatched(a.message_id, added=a.added) for a in added]
+
+    def _in_transaction(
+        self,
+        task: Task[Any],
+        payloads: list[Any],
+        headers: Mapping[str, str] | None,
+        delay_seconds: float,
+        due_at: float | None,
+        unique: bool,
+        unique_key: str | None,
+        partition_key: str | None,
+    ) -> tuple[TransactionalAdd, list[AddRequest]]:
+        """The part that writes in the caller's transaction, and the checked requests."""
+        part = self._transactional()
+        if self._outbox is None:
+            # The outbox takes delays and keys to the queue itself, which checks them.
+            if delay_seconds > 0 or due_at is not None:
+                self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
+            if unique:
+                self._scheduling("unique_add", "unique dispatch")
+        due: float | None = None
+        if due_at is not None or delay_seconds > 0:
+            due = due_at if due_at is not None else self._clock.time() + delay_seconds
+        bodies = [
+            encode_message(self._app, task, payload, clock=self._clock, headers=headers, due_at=due)
+            for payload in payloads
+        ]
+        requests = self._requests(
+            task, payloads, bodies, delay_seconds, due_at, unique, unique_key, partition_key
+        )
+        return part, requests
 
     async def _add(
         self,
@@ -445,7 +507,6 @@ class Producer:
         unique: bool,
         unique_key: str | None,
         partition_key: str | None,
-        connection: object | None = None,
     ) -> list[Dispatched]:
         due: float | None = None
         if due_at is not None or delay_seconds > 0:
@@ -454,19 +515,6 @@ class Producer:
             encode_message(self._app, task, payload, clock=self._clock, headers=headers, due_at=due)
             for payload in payloads
         ]
-        if connection is not None:
-            transactional = self._transactional()
-            if delay_seconds > 0 or due_at is not None:
-                self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
-            if unique:
-                self._scheduling("unique_add", "unique dispatch")
-            added = await transactional.add(
-                connection,
-                self._requests(
-                    task, payloads, bodies, delay_seconds, due_at, unique, unique_key, partition_key
-                ),
-            )
-            return [Dispatched(a.message_id, added=a.added) for a in added]
         partitioned = partition_key is not None and scheduling_of(self._queue) is not None
         if not unique and delay_seconds == 0.0 and due_at is None and not partitioned:
             # The hot path: plain dispatches keep using Queue.add (and so does a
@@ -586,6 +634,24 @@ def encode_message(
         due_at=due_at,
     )
     return encode_envelope(envelope, max_bytes=app.max_message_bytes)
+
+
+def _options(
+    task: Task[Any],
+    delay: Delay | None,
+    at: datetime | None,
+    unique_key: str | None,
+    partition_key: str | None,
+) -> tuple[float, float | None, bool]:
+    """The checked timing and key options: (delay seconds, due at, unique)."""
+    delay_seconds, due_at = _when(delay, at)
+    key: Any = unique_key
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValueError(f"unique_key must be a non-empty str, got {unique_key!r}")
+    key = partition_key
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValueError(f"partition_key must be a non-empty str, got {partition_key!r}")
+    return delay_seconds, due_at, unique_key is not None or task.is_unique
 
 
 def _check_id(message_id: object) -> None:
