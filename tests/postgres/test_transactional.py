@@ -16,8 +16,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from taskrunner_backends.memory import InMemoryQueue
 from taskrunner_backends.postgres import PostgresQueue, open_from_url
 from taskrunner_backends.postgres.testing import with_options
 from taskrunner_backends.postgres.transactional import PostgresTransactionalAdd, TransactionError
+from tests.django_support import django_database
 
 from .support import Migrated, database
 
@@ -381,35 +382,9 @@ async def _until_session_gone(url: str, session: int) -> None:
 # -- Django --------------------------------------------------------------------------------
 
 
-@contextmanager
-def django_connection(url: str) -> Iterator[Any]:
-    """Django's default connection configured for the test server (settings once per process)."""
-    from urllib.parse import urlsplit
-
-    import django
-    from django.conf import settings
-
-    parts = urlsplit(libpq(url))
-    wanted = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": parts.path.lstrip("/"),
-        "USER": parts.username or "",
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
-    }
-    if not settings.configured:
-        settings.configure(DATABASES={"default": wanted}, USE_TZ=True)
-        django.setup()
-    from django.db import connection, connections
-
-    connections["default"].settings_dict.update(wanted)
-    try:
-        yield connection
-    finally:
-        connection.close()
-
-
-def test_django_atomic_block_commits_and_rolls_back_with_the_message(url: str) -> None:
+def test_django_atomic_block_commits_and_rolls_back_with_the_message(
+    url: str, postgres_schema: str
+) -> None:
     from django.db import transaction
 
     async def open_part() -> Any:
@@ -419,7 +394,7 @@ def test_django_atomic_block_commits_and_rolls_back_with_the_message(url: str) -
 
     part = asyncio.run(open_part())
     request = [AddRequest(body=b"django")]
-    with django_connection(url) as connection:
+    with django_database(libpq(url), postgres_schema + "_django") as connection:
         with pytest.raises(TransactionError, match="atomic"):
             part.add_sync(connection, request)
         with transaction.atomic():
