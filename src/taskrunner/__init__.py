@@ -43,6 +43,7 @@ from taskrunner.failure import FailedTaskHandler, TaskFailure
 from taskrunner.leader import LeaderElector
 from taskrunner.messages import Envelope
 from taskrunner.producer import Dispatched, DispatchedList, Producer
+from taskrunner.sync_producer import SyncProducer
 from taskrunner.queue import (
     Added,
     AddRequest,
@@ -116,6 +117,7 @@ __all__ = [
     "RunnerStats",
     "Schedule",
     "Scheduling",
+    "SyncProducer",
     "SystemClock",
     "Task",
     "TaskContext",
