@@ -62,7 +62,9 @@ async def noop() -> None:
     """Does nothing: the bench measures dispatch only."""
 
 
-def per_call_us(calls: dict[str, Callable[[], object]], n: int, chunk: int = 100) -> dict[str, float]:
+def per_call_us(
+    calls: dict[str, Callable[[], object]], n: int, chunk: int = 100
+) -> dict[str, float]:
     """Microseconds per call of each, measured in alternating chunks of `chunk` calls.
 
     Alternating keeps a shared machine's changing load out of the ratios: each figure

@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import pytest
 
@@ -68,7 +69,9 @@ def every_method(url: str) -> None:
         at = producer.dispatch(double, 7, at=datetime.now(UTC) + timedelta(hours=1))
         first = producer.dispatch(double, 8, unique_key="only-once")
         again = producer.dispatch(double, 9, unique_key="only-once")
-        assert first.added and not again.added and again == first
+        assert first.added
+        assert not again.added
+        assert again == first
         keyed = producer.dispatch(double, 10, partition_key="p1")
         doomed = producer.dispatch(double, 11)
         ids = [plain, by_name, *many, later, at, first, keyed, doomed]
@@ -110,12 +113,14 @@ def errors_are_typed_and_raised_in_the_calling_thread(url: str) -> None:
 
         calls: dict[str, Callable[[], object]] = {
             "unknown": lambda: producer.dispatch("no-such-task", 1),
-            "payload": lambda: producer.dispatch(double, "not a number"),  # type: ignore[arg-type]
+            "payload": lambda: producer.dispatch(double, cast(Any, "not a number")),
             "delay": lambda: producer.dispatch(double, 1, delay=-1),
-            "many": lambda: producer.dispatch_many(double, [1, "x"]),  # type: ignore[list-item]
+            "many": lambda: producer.dispatch_many(double, cast(Any, [1, "x"])),
             "status": lambda: producer.status_many("one-str"),
         }
-        threads = {name: threading.Thread(target=attempt, args=(name, c)) for name, c in calls.items()}
+        threads = {
+            name: threading.Thread(target=attempt, args=(name, c)) for name, c in calls.items()
+        }
         for thread in threads.values():
             thread.start()
         for thread in threads.values():
@@ -138,7 +143,7 @@ def many_threads_share_one_instance(url: str, *, threads: int = 8, each: int = 4
 
         def work(index: int) -> None:
             start.wait()
-            mine = []
+            mine: list[str] = []
             for i in range(each):
                 n = index * each + i
                 # Alternate the calling thread's fast path and the loop thread's.
@@ -198,7 +203,8 @@ def close_cancels_a_call_in_flight(url: str) -> None:
     producer.close(timeout=0.3)
     waiter.join(10)
     assert not waiter.is_alive()
-    assert len(outcome) == 1 and isinstance(outcome[0], QueueClosedError), outcome
+    assert len(outcome) == 1, outcome
+    assert isinstance(outcome[0], QueueClosedError), outcome
 
 
 def works_after_fork(
@@ -242,8 +248,8 @@ def works_after_fork(
         _, status = os.waitpid(pid, 0)
         report = b"".join(chunks).decode()
         assert os.waitstatus_to_exitcode(status) == 0, report
-        child_id, state, *_ = report.split(" ")
-        assert state == TaskState.READY.value, report
+        child_id, child_state, *_ = report.split(" ")
+        assert child_state == TaskState.READY.value, report
         after = producer.dispatch(double, 3)
         assert len({before, child_id, after}) == 3 if shared_store else before != after
         assert producer.status(before).state == TaskState.READY

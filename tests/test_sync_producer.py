@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from taskrunner import ConfigurationError, Producer, SyncProducer
+from taskrunner import ConfigurationError, Producer, QueueClosedError, SyncProducer
 
 from . import sync_producer_cases as cases
 
 
 @pytest.fixture
-def url() -> Iterator[str]:
+def url() -> str:
     """A ``memory://`` store of this test's own (named stores live as long as the process)."""
-    yield f"memory://sync-{uuid.uuid4().hex[:12]}"
+    return f"memory://sync-{uuid.uuid4().hex[:12]}"
 
 
 def test_every_method_and_option(url: str) -> None:
@@ -50,7 +49,7 @@ def test_works_after_fork(url: str) -> None:
 def test_a_closed_instance_never_made_a_thread() -> None:
     producer = SyncProducer("memory://never-used", cases.app)
     producer.close()
-    with pytest.raises(cases.QueueClosedError):
+    with pytest.raises(QueueClosedError):
         producer.dispatch(cases.tick)
 
 

@@ -43,7 +43,6 @@ from taskrunner.failure import FailedTaskHandler, TaskFailure
 from taskrunner.leader import LeaderElector
 from taskrunner.messages import Envelope
 from taskrunner.producer import Dispatched, DispatchedList, Producer
-from taskrunner.sync_producer import SyncProducer
 from taskrunner.queue import (
     Added,
     AddRequest,
@@ -72,6 +71,7 @@ from taskrunner.results import TaskState, TaskStatus
 from taskrunner.runner import Runner
 from taskrunner.schedules import Schedule
 from taskrunner.stats import RunnerStats, TaskStats
+from taskrunner.sync_producer import SyncProducer
 
 __all__ = [
     "DEFAULT_URL",

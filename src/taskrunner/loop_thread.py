@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import os
 import select
@@ -185,7 +186,6 @@ class LoopThread:
 
 
 def _replace_fd(fd: int, stand_in: int) -> None:
-    try:
+    # OSError: already closed, so nothing of the parent's is behind it.
+    with contextlib.suppress(OSError):
         os.dup2(stand_in, fd)
-    except OSError:
-        pass  # already closed: nothing of the parent's behind it

@@ -347,10 +347,10 @@ class SyncProducer:
         """
         blocking = self._blocking(task, delay, at, unique_key, partition_key)
         if blocking is not None:
-            return _drive(blocking.dispatch(task, payload, headers=headers))
+            return _drive(blocking.dispatch(cast(Any, task), payload, headers=headers))
         return self._call(
             lambda p: p.dispatch(
-                task,
+                cast(Any, task),
                 payload,
                 headers=headers,
                 delay=delay,

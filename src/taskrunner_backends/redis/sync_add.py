@@ -28,11 +28,16 @@ from taskrunner.errors import BackendUnavailableError
 
 from .client import pack_commands
 from .errors import translate_errors
-from .queue import DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS, DEFAULT_SOCKET_TIMEOUT_SECONDS
-from .queue import RedisStreamsQueue
+from .queue import (
+    DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS,
+    DEFAULT_SOCKET_TIMEOUT_SECONDS,
+    RedisStreamsQueue,
+)
 from .url import split_url
 
 __all__ = ["SyncAdder", "sync_adder"]
+
+_SINGLE_NODE_SCHEMES = ("redis", "rediss", "unix")
 
 
 class SyncAdder:
@@ -91,6 +96,8 @@ def sync_adder(queue: object, url: str) -> SyncAdder | None:
     """
     if type(queue) is not RedisStreamsQueue or queue._durable:
         return None
+    if url.partition(":")[0].lower() not in _SINGLE_NODE_SCHEMES:
+        return None  # a cluster URL, even of one shard: its slot's node may move
     redis_url, _ = split_url(url)
     client = redis.Redis.from_url(
         redis_url,
