@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast, overload
 
 from taskrunner.app import App, Task
-from taskrunner.backends import DEFAULT_URL, check_url, connect
+from taskrunner.backends import check_url, connect
 from taskrunner.clock import Clock
 from taskrunner.errors import QueueClosedError
 from taskrunner.loop_thread import LoopStoppedError, LoopThread
@@ -208,7 +208,8 @@ class SyncProducer:
     there.
 
     Args:
-        url: The backend URL, as for `taskrunner.open_queue`.
+        url: The backend URL, as for `taskrunner.open_queue` (``taskrunner.DEFAULT_URL``
+            is ``memory://``).
         app: The application whose tasks (and size limit) apply.
         queue_name: The queue to dispatch to; the app's queue (``app.queue``) if None.
         clock: Source of the enqueue timestamp (and the memory backend's clock).
@@ -219,14 +220,12 @@ class SyncProducer:
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
-        app: App | None = None,
+        url: str,
+        app: App,
         *,
         queue_name: str | None = None,
         clock: Clock | None = None,
     ) -> None:
-        if app is None:
-            raise TypeError("SyncProducer needs the App whose tasks it dispatches: app=")
         check_url(url)
         self._queue_name = app.queue if queue_name is None else queue_name
         check_queue_name(self._queue_name)

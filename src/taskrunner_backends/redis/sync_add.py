@@ -24,7 +24,7 @@ import redis
 import redis.backoff
 import redis.retry
 
-from taskrunner.errors import BackendUnavailableError
+from taskrunner.errors import BackendUnavailableError, QueueClosedError
 
 from .client import pack_commands
 from .errors import translate_errors
@@ -46,12 +46,14 @@ class SyncAdder:
     def __init__(self, client: redis.Redis, stream: str) -> None:
         self._client = client
         self._stream = stream.encode()
+        self._closed = False
 
     def add(self, bodies: Sequence[bytes]) -> list[str]:
         """`AddingMixin.add`, blocking: one round trip, the stream entry ids in order.
 
         Raises:
             TypeError: A body is not `bytes`.
+            QueueClosedError: `close` was called.
             BackendUnavailableError: The server could not be reached; some bodies may
                 have been added.
         """
@@ -60,6 +62,9 @@ class SyncAdder:
                 raise TypeError(f"message body must be bytes, not {type(body).__name__}")
         if not bodies:
             return []
+        if self._closed:
+            # A caller that raced the SyncProducer's close: never reopen the pool.
+            raise QueueClosedError("this SyncProducer was closed")
         packed = pack_commands([(b"XADD", self._stream, b"*", b"b", body) for body in bodies])
         pool = self._client.connection_pool
         with translate_errors("add"):
@@ -84,7 +89,8 @@ class SyncAdder:
         return ids
 
     def close(self) -> None:
-        """Close the pool's connections (of this process)."""
+        """Close the pool's connections (of this process); later adds raise QueueClosedError."""
+        self._closed = True
         self._client.close()
 
 
