@@ -129,13 +129,19 @@ class _Connection:
         self._opening: asyncio.Lock | None = None
         self._adder: BlockingAdder | None = None
         self.blocking: Producer | None = None
+        self._closing = False
 
     async def producer(self) -> Producer:
+        if self._closing:
+            # A call that slipped in while closing must not open a new queue.
+            raise QueueClosedError("this SyncProducer is closing")
         if self._producer is not None:
             return self._producer
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
+            if self._closing:
+                raise QueueClosedError("this SyncProducer is closing")
             if self._producer is None:
                 # A failed open leaves nothing behind: the next call tries again.
                 queue = await connect(self._url, self._queue_name, clock=self._clock)
@@ -152,6 +158,7 @@ class _Connection:
         return self._producer
 
     async def aclose(self, loop_thread: LoopThread, grace: float) -> None:
+        self._closing = True
         current = asyncio.current_task()
         pending = [task for task in loop_thread.in_flight() if task is not current]
         if pending:
