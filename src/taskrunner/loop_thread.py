@@ -152,7 +152,7 @@ class LoopThread:
         self.thread.join()
         self.loop.close()
 
-    def orphan(self) -> None:
+    def orphan(self, *, isolate: bool = True) -> None:
         """In a forked child: give up this copy without touching what the parent shares.
 
         Never runs or closes the loop. The copy is kept referenced for the child's
@@ -160,8 +160,13 @@ class LoopThread:
         descriptor registered in it (the loop's wake-up pipe, connection sockets) by
         ``/dev/null``, so a finalizer that runs anyway (at interpreter exit) cannot
         unregister the parent's descriptors or write on its sockets.
+
+        `isolate` False only keeps the copy: for a fork noticed late (no fork hook
+        ran), when the child may have reused those descriptor numbers since.
         """
         _ORPHANS.append(self)
+        if not isolate:
+            return
         selector: Any = getattr(self.loop, "_selector", None)
         if selector is None:
             return

@@ -281,7 +281,7 @@ class SyncProducer:
         if engine is None:
             return
         if engine.pid != os.getpid():
-            engine.loop_thread.orphan()
+            engine.loop_thread.orphan(isolate=False)  # a fork no hook saw: only kept
             return
         try:
             engine.loop_thread.call(engine.connection.aclose(engine.loop_thread, timeout))
@@ -468,8 +468,9 @@ class SyncProducer:
             engine = self._engine
             if engine is not None and engine.pid != os.getpid():
                 # Forked without the hook having run (it always does on os.fork; this
-                # is the belt to its braces).
-                engine.loop_thread.orphan()
+                # is the belt to its braces). Its descriptor numbers may be reused by
+                # now, so the copy is only kept, not isolated.
+                engine.loop_thread.orphan(isolate=False)
                 engine = None
             if engine is None:
                 loop_thread = LoopThread(name=f"taskrunner-sync-producer-{self._queue_name}")

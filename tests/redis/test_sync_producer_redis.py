@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 import redis
 
-from taskrunner import BackendUnavailableError, SyncProducer
+from taskrunner import BackendUnavailableError, SyncProducer, TaskState
+from taskrunner.loop_thread import LoopThread
 from tests import sync_producer_cases as cases
 from tests.servers import RedisServer
 
@@ -130,3 +133,31 @@ def test_nothing_listening_fails_the_first_call_and_the_next_tries_again() -> No
         for _ in range(2):
             with pytest.raises(BackendUnavailableError):
                 p.dispatch(cases.tick)
+
+
+def test_plain_dispatches_skip_the_loop_thread_and_the_rest_take_it(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hops: list[str] = []
+    real_call = LoopThread.call
+
+    def counting_call(self: LoopThread, coro: Coroutine[Any, Any, Any]) -> Any:
+        hops.append(threading.current_thread().name)
+        return real_call(self, coro)
+
+    monkeypatch.setattr(LoopThread, "call", counting_call)
+    with SyncProducer(url, cases.app) as producer:
+        producer.dispatch(cases.tick)  # the first call opens the queue, on the loop
+        assert len(hops) == 1
+        plain: list[str] = [producer.dispatch(cases.double, n) for n in range(5)]
+        plain += producer.dispatch_many(cases.double, [5, 6])
+        assert len(hops) == 1  # sent from this thread
+        producer.dispatch(cases.double, 7, delay=0)
+        producer.dispatch(cases.double, 8, unique_key="k")
+        producer.dispatch(cases.double, 9, partition_key="p")
+        assert len(hops) == 4
+        # What the blocking path added is what the async queue reads back.
+        assert [s.state for s in producer.status_many(plain)] == [TaskState.READY] * 7
+    cases.RAN.clear()
+    cases.run_worker(url)
+    assert sorted(cases.RAN) == list(range(10))
