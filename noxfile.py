@@ -88,6 +88,13 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/throughput.py", *session.posargs)
 
 
+@nox.session(name="bench-dispatch")
+def bench_dispatch(session: nox.Session) -> None:
+    """SyncProducer.dispatch vs raw redis-py XADD, 1 and 8 threads (bench/dispatch.py)."""
+    install(session, "test")
+    session.run("python", "bench/dispatch.py", *session.posargs)
+
+
 @nox.session(name="bench-scheduling")
 def bench_scheduling(session: nox.Session) -> None:
     """Delayed burst and unique-key cost on Redis (bench/scheduling.py); not a default session."""

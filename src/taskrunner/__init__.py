@@ -71,6 +71,7 @@ from taskrunner.results import TaskState, TaskStatus
 from taskrunner.runner import Runner
 from taskrunner.schedules import Schedule
 from taskrunner.stats import RunnerStats, TaskStats
+from taskrunner.sync_producer import SyncProducer
 
 __all__ = [
     "DEFAULT_URL",
@@ -116,6 +117,7 @@ __all__ = [
     "RunnerStats",
     "Schedule",
     "Scheduling",
+    "SyncProducer",
     "SystemClock",
     "Task",
     "TaskContext",
