@@ -45,6 +45,4 @@ def django_database(libpq_url: str, schema: str) -> Iterator[Any]:
     finally:
         connections.close_all()
         with psycopg.connect(libpq_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-            )
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

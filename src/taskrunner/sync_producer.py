@@ -39,7 +39,7 @@ from taskrunner.errors import QueueClosedError
 from taskrunner.loop_thread import LoopStoppedError, LoopThread
 from taskrunner.names import check_queue_name
 from taskrunner.producer import Dispatched, DispatchedList, Producer
-from taskrunner.queue import Capabilities, Queue
+from taskrunner.queue import Capabilities, Queue, TransactionalAdd
 from taskrunner.redaction import mask_url
 from taskrunner.results import TaskStatus
 
@@ -119,8 +119,16 @@ class _Connection:
     plain dispatches run it on the calling thread (set once, before any caller sees it).
     """
 
-    def __init__(self, url: str, queue_name: str, app: App, clock: Clock | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        queue_name: str,
+        app: App,
+        clock: Clock | None,
+        outbox: TransactionalAdd | None = None,
+    ) -> None:
         self._url = url
+        self._outbox = outbox
         self._queue_name = queue_name
         self._app = app
         self._clock = clock
@@ -154,7 +162,7 @@ class _Connection:
                     shim = cast(Queue, _BlockingQueue(adder, queue.capabilities))
                     self.blocking = Producer(shim, self._app, clock=self._clock)
                 self._queue, self._adder = queue, adder
-                self._producer = Producer(queue, self._app, clock=self._clock)
+                self._producer = Producer(queue, self._app, clock=self._clock, outbox=self._outbox)
         return self._producer
 
     async def aclose(self, loop_thread: LoopThread, grace: float) -> None:
@@ -220,9 +228,13 @@ class SyncProducer:
         app: The application whose tasks (and size limit) apply.
         queue_name: The queue to dispatch to; the app's queue (``app.queue``) if None.
         clock: Source of the enqueue timestamp (and the memory backend's clock).
+        outbox: As for `Producer`: where ``dispatch(..., connection=)`` writes when the
+            queue's backend cannot write in the caller's transaction itself
+            (`taskrunner_backends.postgres.outbox.OutboxWriter`).
 
     Raises:
         ConfigurationError: The URL's scheme is unknown or the queue name invalid.
+        ValueError: `outbox` writes for another queue than the app's.
     """
 
     def __init__(
@@ -232,6 +244,7 @@ class SyncProducer:
         *,
         queue_name: str | None = None,
         clock: Clock | None = None,
+        outbox: TransactionalAdd | None = None,
     ) -> None:
         check_url(url)
         self._queue_name = app.queue if queue_name is None else queue_name
@@ -239,6 +252,13 @@ class SyncProducer:
         self._url = url
         self._app = app
         self._clock = clock
+        self._outbox = outbox
+        outbox_queue = getattr(outbox, "queue_name", app.queue)
+        if outbox_queue != app.queue:
+            raise ValueError(
+                f"the outbox writes rows for queue {outbox_queue!r}, the app's queue is "
+                f"{app.queue!r}: the relay would move them to the wrong queue"
+            )
         self._lock = threading.Lock()
         self._engine: _Engine | None = None
         self._closed = False
@@ -299,6 +319,7 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> Dispatched: ...
     @overload
     def dispatch(
@@ -311,6 +332,7 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> Dispatched: ...
     @overload
     def dispatch(
@@ -323,6 +345,7 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> Dispatched: ...
 
     def dispatch(
@@ -335,6 +358,7 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> Dispatched:
         """Enqueue one run of `task` with `payload`; returns the message id.
 
@@ -349,8 +373,15 @@ class SyncProducer:
             QueueClosedError: This SyncProducer was closed.
             The errors of `Producer.dispatch`: UnknownTaskError,
             PayloadValidationError, PayloadTooLargeError, ValueError,
-            UnsupportedFeatureError, BackendUnavailableError.
+            UnsupportedFeatureError, BackendUnavailableError; with `connection`,
+            TypeError and ConfigurationError as there.
         """
+        if connection is not None:
+            # In the calling thread, on the caller's connection (see `_in_transaction`).
+            (dispatched,) = self._in_transaction(
+                task, [payload], connection, headers, delay, at, unique_key, partition_key
+            )
+            return dispatched
         blocking = self._blocking(task, delay, at, unique_key, partition_key)
         if blocking is not None:
             return _drive(blocking.dispatch(cast(Any, task), payload, headers=headers))
@@ -376,10 +407,17 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        connection: object | None = None,
     ) -> DispatchedList:
         """Enqueue one run of `task` per payload; exactly `Producer.dispatch_many`."""
         # Materialized here: a generator must not be consumed on another thread.
         items = list(payloads)
+        if connection is not None:
+            return DispatchedList(
+                self._in_transaction(
+                    task, items, connection, headers, delay, at, unique_key, partition_key
+                )
+            )
         blocking = self._blocking(task, delay, at, unique_key, partition_key)
         if blocking is not None:
             return _drive(blocking.dispatch_many(task, items, headers=headers))
@@ -440,6 +478,36 @@ class SyncProducer:
         resolved = self._app.get_task(task) if isinstance(task, str) else task
         return None if resolved.is_unique else blocking
 
+    def _in_transaction(
+        self,
+        task: Task[Any] | str,
+        payloads: list[Any],
+        connection: object,
+        headers: Mapping[str, str] | None,
+        delay: Delay | None,
+        at: datetime | None,
+        unique_key: str | None,
+        partition_key: str | None,
+    ) -> list[Dispatched]:
+        """A dispatch written on the caller's `connection`, in the calling thread.
+
+        The caller's connection belongs to the caller's thread (Django's even refuses
+        other threads), so the statements run here; the loop thread only opens the
+        queue (whose part says how to write them) on first use.
+        """
+        producer = self._call(_opened)
+        resolved = self._app.get_task(task) if isinstance(task, str) else task
+        return producer._send_in_transaction_sync(
+            resolved,
+            payloads,
+            connection=connection,
+            headers=headers,
+            delay=delay,
+            at=at,
+            unique_key=unique_key,
+            partition_key=partition_key,
+        )
+
     def _call(self, method: Callable[[Producer], Awaitable[T]]) -> T:
         engine = self._current()
 
@@ -474,7 +542,9 @@ class SyncProducer:
                 engine = None
             if engine is None:
                 loop_thread = LoopThread(name=f"taskrunner-sync-producer-{self._queue_name}")
-                connection = _Connection(self._url, self._queue_name, self._app, self._clock)
+                connection = _Connection(
+                    self._url, self._queue_name, self._app, self._clock, self._outbox
+                )
                 engine = _Engine(loop_thread, connection)
                 self._engine = engine
             return engine
@@ -485,6 +555,10 @@ class SyncProducer:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.loop_thread.orphan()
+
+
+async def _opened(producer: Producer) -> Producer:
+    return producer
 
 
 def _after_fork_in_child() -> None:
