@@ -122,7 +122,7 @@ def test_allow_actions_prints_a_generated_token(commands: list[Command]) -> None
     unset = {"TR_DASHBOARD_TOKEN": "", "TASKRUNNER_DASHBOARD_TOKEN": ""}
     command = Command("dashboard", "--port", "0", "--allow-actions", env=unset)
     commands.append(command)
-    token = command.wait_for(r"action token \(sign in with it\): (\S+)")[1]
+    token = command.wait_for(r"dashboard token \(sign in with it\): (\S+)")[1]
     base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
     signed = httpx.post(f"{base}/login", data={"token": token}, timeout=10)
     refused = httpx.post(f"{base}/login", data={"token": token[:-1]}, timeout=10)
