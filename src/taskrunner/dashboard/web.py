@@ -48,11 +48,12 @@ from taskrunner.dashboard.data import (
     queue_row,
 )
 from taskrunner.dashboard.headers import SecurityHeadersMiddleware
+from taskrunner.dashboard.preview import PREVIEW_BYTES
 from taskrunner.dashboard.security import SESSION_COOKIE, Guard
 from taskrunner.dashboard.signin import SignInMiddleware, safe_next
 from taskrunner.errors import BackendError
 from taskrunner.producer import Producer
-from taskrunner.queue import BROWSE_LIMIT, BrowseState, browse_of
+from taskrunner.queue import BROWSE_LIMIT, BrowseState, browse_of, browse_takes_body_bytes
 from taskrunner.scheduler import schedule_overview
 
 __all__ = ["LOOPBACK_HOSTS", "REFRESH_SECONDS", "Dashboard", "create_app"]
@@ -383,8 +384,11 @@ def create_app(dashboard: Dashboard) -> Starlette:
         }
         if part is None:
             return document
+        # Only the start of each body is read where the backend can cut it (contract
+        # 2.1): the list shows PAYLOAD_PREVIEW characters, a message may be 50 MB.
+        cut = {"body_bytes": PREVIEW_BYTES} if browse_takes_body_bytes(part) else {}
         try:
-            page = await part.browse(state, after=after, limit=min(limit + 1, BROWSE_LIMIT))
+            page = await part.browse(state, after=after, limit=min(limit + 1, BROWSE_LIMIT), **cut)
         except ValueError as exc:
             raise _BadRequestError(str(exc)) from None
         # At the cap, a full page may be the last one: the next page is then empty.
