@@ -421,8 +421,20 @@ def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots:
     assert driver.find_element(By.ID, "dead-count").text.startswith("2 dead letter(s)")
 
     # Sign out by keyboard: the session ends, and with it the reading and the actions.
+    # The overview, open in another tab, goes to the sign-in page at its next refresh.
+    dead_tab = driver.current_window_handle
+    driver.switch_to.new_window("tab")
+    driver.get(live.base + "/?page=1")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-queue="emails"]'))
+    overview_tab = driver.current_window_handle
+    driver.switch_to.window(dead_tab)
     driver.find_element(By.ID, "logout").send_keys(Keys.ENTER)
     wait.until(lambda d: d.find_elements(By.ID, "token"))
+    driver.switch_to.window(overview_tab)
+    wait.until(lambda d: d.find_elements(By.ID, "token"))
+    assert "/login?next=%2F%3Fpage%3D1" in driver.current_url
+    driver.close()
+    driver.switch_to.window(dead_tab)
     driver.get(live.base + "/queues/emails/dead")
     wait.until(lambda d: d.find_elements(By.ID, "token"))
     assert not driver.find_elements(By.CSS_SELECTOR, "a.retry")
