@@ -495,7 +495,7 @@ class MessageBrowser(Protocol):
     * Browsing never changes a lease, a delivery count or what receive returns.
     * Delayed, acked and dead-lettered messages are not listed.
     * Invalid browse arguments raise ValueError before anything is read.
-    * With body_bytes, each body is its first body_bytes bytes and body_size the whole length.
+    * With body_bytes, a longer body is cut to it and body_size is its length.
 
     ``body_bytes`` was added in contract 2.1: a caller that may meet a backend of
     contract 2.0 checks `browse_takes_body_bytes` first (a 2.0 ``browse`` has no such
