@@ -1,7 +1,7 @@
-"""The properties of the optional parts of the contract: X40-X84.
+"""The properties of the optional parts of the contract: X40-X85.
 
 Scheduling (X40-X48), Leadership (X50-X55), ResultStore (X60-X66), MessageLookup
-(X70-X75) and MessageBrowser (X80-X84). `taskrunner_conformance.properties` joins them
+(X70-X75) and MessageBrowser (X80-X85). `taskrunner_conformance.properties` joins them
 with the core ones into ``PROPERTIES``.
 """
 
@@ -268,5 +268,13 @@ PART_PROPERTIES += (
         "limits below 1 or above the cap, unknown states and malformed cursors raise "
         "ValueError and change nothing; a closed handle raises QueueClosedError",
         "capabilities.browse + queue.browse",
+    ),
+    Property(
+        "X85",
+        "browse_body_bytes",
+        "with body_bytes, a longer body is listed as its first body_bytes bytes with "
+        "body_size its whole length, a shorter one whole; a body_bytes that is no size "
+        "raises ValueError",
+        "capabilities.browse + queue.browse taking body_bytes (contract 2.1)",
     ),
 )

@@ -19,6 +19,7 @@ of writing the property.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -48,7 +49,11 @@ __all__ = [
     "ResultWrite",
     "Scheduling",
     "browse_of",
+    "browse_takes_body_bytes",
+    "takes_body_bytes",
+    "check_body_bytes",
     "check_browse",
+    "cut_body",
     "check_names_limit",
     "leadership_of",
     "lookup_of",
@@ -450,13 +455,17 @@ class BrowsedMessage(msgspec.Struct, frozen=True, kw_only=True):
             page. Backend-private text (for example a stream entry id), not always the
             message id.
         message_id: The id `Queue.add` returned for the message.
-        body: The message bytes, unchanged.
+        body: The message bytes, unchanged; with ``browse(..., body_bytes=N)`` at most
+            their first N bytes.
         delivery_count: Deliveries so far (0 before the first).
         added_at: Wall-clock time (Unix seconds) the message was added, when known.
         consumer: For ``in_flight``: the consumer holding the lease.
         idle_seconds: For ``in_flight``: seconds since it was leased or last heartbeated.
         lease_seconds: For ``in_flight``: the lease its holder was granted, when known
             (the lease lapses once ``idle_seconds`` exceeds it).
+        body_size: The whole body's length in bytes when `body` holds only its start
+            (``body_bytes`` cut it); None when `body` is the whole body. A backend may
+            also set it, to ``len(body)``, when nothing was cut. Added in contract 2.1.
     """
 
     cursor: str
@@ -467,6 +476,7 @@ class BrowsedMessage(msgspec.Struct, frozen=True, kw_only=True):
     consumer: str | None = None
     idle_seconds: float | None = None
     lease_seconds: float | None = None
+    body_size: int | None = None
 
 
 class MessageBrowser(Protocol):
@@ -488,19 +498,34 @@ class MessageBrowser(Protocol):
     * Browsing never changes a lease, a delivery count or what receive returns.
     * Delayed, acked and dead-lettered messages are not listed.
     * Invalid browse arguments raise ValueError before anything is read.
+    * With body_bytes, a longer body is cut to it and body_size is its length.
+
+    ``body_bytes`` was added in contract 2.1: a caller that may meet a backend of
+    contract 2.0 checks `browse_takes_body_bytes` first (a 2.0 ``browse`` has no such
+    argument) and cuts the bodies itself otherwise.
     """
 
     async def browse(
-        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+        self,
+        state: BrowseState,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        body_bytes: int | None = None,
     ) -> list[BrowsedMessage]:
         """Up to `limit` messages in `state` whose cursor comes after `after`, in cursor order.
 
         ``after=None`` starts at the first. Fewer than `limit` (or ``[]``) means the
-        listing reached its end when it was read.
+        listing reached its end when it was read. With `body_bytes`, a body longer than
+        that is cut to its first `body_bytes` bytes where the backend stores it (the
+        rest is not read, nor sent), and `BrowsedMessage.body_size` gives its whole
+        length: a listing then costs about ``limit * body_bytes`` bytes however large
+        the messages are. None: whole bodies.
 
         Raises:
             ValueError: `state` is not ``waiting`` or ``in_flight``, `limit` is below 1
-                or above `BROWSE_LIMIT`, or `after` is no cursor this backend issues.
+                or above `BROWSE_LIMIT`, `body_bytes` is not None nor a whole number of
+                0 or more, or `after` is no cursor this backend issues.
             QueueClosedError: The handle is closed.
             BackendUnavailableError: The backend could not be reached.
         """
@@ -513,12 +538,43 @@ def browse_of(queue: Queue) -> MessageBrowser | None:
     return part
 
 
-def check_browse(state: object, limit: object) -> None:
+def browse_takes_body_bytes(part: MessageBrowser) -> bool:
+    """Whether `part`'s ``browse`` accepts ``body_bytes`` (contract 2.1; a 2.0 one does not).
+
+    Read from the method's signature, so a backend written against contract 2.0 is
+    called without the argument instead of failing with a TypeError.
+    """
+    return takes_body_bytes(part.browse)
+
+
+def takes_body_bytes(method: object) -> bool:
+    """Whether the callable `method` accepts a ``body_bytes`` keyword (by its signature)."""
+    try:
+        parameters = inspect.signature(method).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    if "body_bytes" in parameters:
+        return True
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def cut_body(body: bytes, body_bytes: int | None) -> tuple[bytes, int | None]:
+    """`body` cut to `body_bytes`, with its whole length when cut (backends share it).
+
+    Returns ``(body, None)`` when `body_bytes` is None or the body is not longer.
+    """
+    if body_bytes is None or len(body) <= body_bytes:
+        return body, None
+    return body[:body_bytes], len(body)
+
+
+def check_browse(state: object, limit: object, body_bytes: object = None) -> None:
     """The argument checks every `MessageBrowser.browse` makes first (backends share it).
 
     Raises:
-        ValueError: `state` is not ``waiting`` or ``in_flight``, or `limit` is not a
-            whole number from 1 to `BROWSE_LIMIT`.
+        ValueError: `state` is not ``waiting`` or ``in_flight``, `limit` is not a
+            whole number from 1 to `BROWSE_LIMIT`, or `body_bytes` is neither None
+            nor a whole number of 0 or more.
     """
     if state not in ("waiting", "in_flight"):
         raise ValueError(f"state must be 'waiting' or 'in_flight', got {state!r}")
@@ -529,6 +585,19 @@ def check_browse(state: object, limit: object) -> None:
             f"limit must be from 1 to {BROWSE_LIMIT} (a listing is paged, never read "
             f"whole), got {limit}"
         )
+    check_body_bytes(body_bytes)
+
+
+def check_body_bytes(body_bytes: object) -> None:
+    """The check of `MessageBrowser.browse`'s ``body_bytes`` (part of `check_browse`).
+
+    Raises:
+        ValueError: `body_bytes` is neither None nor a whole number of 0 or more.
+    """
+    if body_bytes is not None and (
+        isinstance(body_bytes, bool) or not isinstance(body_bytes, int) or body_bytes < 0
+    ):
+        raise ValueError(f"body_bytes must be None or a whole number >= 0, got {body_bytes!r:.40}")
 
 
 #: Most names one `QueueNames.queue_names` call returns; a larger limit is refused.

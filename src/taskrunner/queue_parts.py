@@ -48,6 +48,8 @@ import inspect
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol
 
+import msgspec
+
 from taskrunner.queue import (
     BrowsedMessage,
     BrowseState,
@@ -62,7 +64,10 @@ from taskrunner.queue import (
     ResultStore,
     Scheduling,
     WorkerRegistry,
+    check_body_bytes,
+    cut_body,
 )
+from taskrunner.queue_extensions import takes_body_bytes
 
 __all__ = [
     "AdminOnSelf",
@@ -94,7 +99,11 @@ class BrowseSource(Protocol):
     async def browse_messages(
         self, state: BrowseState, *, after: str | None = None, limit: int = 100
     ) -> list[BrowsedMessage]:
-        """See `taskrunner.queue.MessageBrowser.browse`: the same arguments and contract."""
+        """See `taskrunner.queue.MessageBrowser.browse`: the same arguments and contract.
+
+        It may also take ``body_bytes`` (contract 2.1) to cut the bodies where they are
+        stored; without it, ``queue.browse`` cuts the page it returns.
+        """
         ...
 
 
@@ -324,9 +333,33 @@ class _BrowseView:
         self._source = source
 
     async def browse(
-        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+        self,
+        state: BrowseState,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        body_bytes: int | None = None,
     ) -> list[BrowsedMessage]:
-        return await self._source.browse_messages(state, after=after, limit=limit)
+        check_body_bytes(body_bytes)
+        method: Any = self._source.browse_messages
+        if body_bytes is not None and takes_body_bytes(method):
+            # The source cuts the bodies where they are stored (Redis, PostgreSQL).
+            page: list[BrowsedMessage] = await method(
+                state, after=after, limit=limit, body_bytes=body_bytes
+            )
+            return page
+        page = await method(state, after=after, limit=limit)
+        if body_bytes is None:
+            return page
+        # A source that holds its bodies in memory (or a 2.0 one): cut here.
+        return [_cut(message, body_bytes) for message in page]
+
+
+def _cut(message: BrowsedMessage, body_bytes: int) -> BrowsedMessage:
+    body, size = cut_body(message.body, body_bytes)
+    if size is None:
+        return message
+    return msgspec.structs.replace(message, body=body, body_size=size)
 
 
 class _QueueNamesView:

@@ -18,7 +18,8 @@ Unknown keys are rejected by name, with the closest known key suggested, in ever
 source: a typo never silently does nothing. ``TASKRUNNER_CONFIG`` and the variables
 starting with ``TASKRUNNER_TEST_`` or ``TASKRUNNER_CONFORMANCE_`` (reserved for test
 suites) are not settings and are ignored here, nor are the secrets read where they are
-used (``TASKRUNNER_DASHBOARD_TOKEN``, by ``taskrunner dashboard``). A value that cannot be converted
+used (``TASKRUNNER_DASHBOARD_TOKEN`` and ``TASKRUNNER_DASHBOARD_SESSION_HOURS``, by
+``taskrunner dashboard``). A value that cannot be converted
 names the key, where it came from and the value; a value that converts but breaks a
 rule of `RunnerConfig` or `TuningConfig` gets that rule's message plus where it came
 from. Every error is a `ConfigurationError`.
@@ -64,9 +65,12 @@ CONFIG_ENV = "TASKRUNNER_CONFIG"
 
 # Environment variables with these prefixes belong to test suites, not to settings.
 _RESERVED_ENV_PREFIXES = ("TASKRUNNER_TEST_", "TASKRUNNER_CONFORMANCE_")
-# Secrets read where they are used, not settings: settings are shown with their
-# values and sources in messages, a token must not be.
-_RESERVED_ENV_NAMES = frozenset({"TASKRUNNER_DASHBOARD_TOKEN"})
+# Read where they are used (by ``taskrunner dashboard``), not settings: settings are
+# shown with their values and sources in messages, a token must not be; the session
+# time belongs with the token.
+_RESERVED_ENV_NAMES = frozenset(
+    {"TASKRUNNER_DASHBOARD_TOKEN", "TASKRUNNER_DASHBOARD_SESSION_HOURS"}
+)
 
 Kind = Literal["int", "float", "optional_float", "str", "choice", "port", "url", "app"]
 Group = Literal["general", "runner", "tuning", "logging"]

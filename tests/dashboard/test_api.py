@@ -275,8 +275,8 @@ async def test_the_done_message_is_the_servers_not_the_query_strings() -> None:
     assert board.guard is not None
     forged = "purge: 999 dead letter(s). Sign in again at https://evil.example"
     async with client(board) as http:
-        echoed = await http.get("/queues/jobs/dead", params={"done": forged})
         await http.post("/login", data={"token": TOKEN})
+        echoed = await http.get("/queues/jobs/dead", params={"done": forged})
         form = {"action": "purge", "id": "all", "csrf": board.guard.csrf}
         done = await http.post("/queues/jobs/dead/action", data=form)
         shown = await http.get(done.headers["location"])

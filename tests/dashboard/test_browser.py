@@ -6,6 +6,13 @@ system chromium through the system chromedriver, so Selenium Manager never downl
 anything. The tasks wait on a gate the test opens, so "numbers change while the worker
 runs" is a fact the test causes, not a race it hopes to win.
 
+The dashboard has a token, so the test first checks what a browser without a session
+gets: the sign-in page for every page, 401 from the API, the security headers as the
+browser received them (read by the page's own fetch), and framing refused: a page of
+another origin (a second server on another port) frames the dashboard's sign-in page
+and a plain page of its own; the plain one shows, the dashboard's frame holds nothing
+of it.
+
 Without chromium and chromedriver the test skips, saying so; with
 ``TASKRUNNER_TEST_REQUIRE_BROWSER=1`` (set in .ci/run) it fails instead. Screenshots go to
 ``TASKRUNNER_TEST_SCREENSHOT_DIR`` when set (``docs/images`` regenerates the docs'), else to
@@ -15,12 +22,14 @@ the test's tmp_path.
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import shutil
 import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -155,6 +164,41 @@ class LiveDashboard:
             await queue.aclose()
 
 
+class FramingSite:
+    """Another origin (its own port): ``/`` frames the dashboard's page and a plain page."""
+
+    def __init__(self, framed: str) -> None:
+        pages = {
+            "/": (
+                f'<!doctype html><title>other site</title><iframe id="dashboard" src="{framed}">'
+                '</iframe><iframe id="plain" src="/plain"></iframe>'
+            ),
+            "/plain": '<!doctype html><title>plain</title><p id="token">a plain page</p>',
+        }
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = pages.get(self.path, "not found").encode()
+                self.send_response(200 if self.path in pages else 404)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(30)
+
+
 @pytest.fixture
 def live() -> Iterator[LiveDashboard]:
     dashboard = LiveDashboard()
@@ -180,6 +224,8 @@ def browser() -> Iterator[object]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = paths[0]
+    # The console, where the browser says why it refused to frame a page.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     for argument in (
         "--headless=new",
         "--no-sandbox",
@@ -205,12 +251,12 @@ def shots(tmp_path: Path) -> Path:
 # The browser first: without one the test skips before the dashboard is started.
 def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots: Path) -> None:
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.chromium.webdriver import ChromiumDriver
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.support.ui import WebDriverWait
 
-    assert isinstance(browser, WebDriver)
+    assert isinstance(browser, ChromiumDriver)  # its get_log reads the console
     driver = browser
     # A page that navigates (sign-out, a confirmed action) or refreshes itself can replace
     # an element between finding it and reading it: the wait tries again until its deadline.
@@ -227,6 +273,77 @@ def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots:
     def dead_ids() -> list[str]:
         rows = driver.find_elements(By.CSS_SELECTOR, "#dead-letters tbody tr")
         return [str(r.get_attribute("data-dead-id")) for r in rows]
+
+    def fetched(path: str) -> dict[str, Any]:
+        """Status and headers of `path` as this browser receives them (the page's fetch)."""
+        script = (
+            "const done = arguments[arguments.length - 1];"
+            "fetch(arguments[0], {redirect: 'manual'}).then(r => done({status: r.status,"
+            " type: r.type, headers: Object.fromEntries(r.headers.entries())}))"
+            ".catch(e => done({error: String(e)}));"
+        )
+        answer: dict[str, Any] = driver.execute_async_script(script, path)
+        return answer
+
+    # No session: a page is the sign-in page (nothing of the queue), the API is refused.
+    driver.get(live.base + "/queues/emails")
+    wait.until(lambda d: d.find_elements(By.ID, "token"))
+    assert "/login?next=%2Fqueues%2Femails" in driver.current_url
+    assert "emails.send" not in driver.page_source
+    assert "memory://" not in driver.page_source
+    assert fetched("/api/queues")["status"] == 401
+
+    def check_headers(*paths: str) -> None:
+        for path in paths:
+            answer = fetched(path)
+            headers = answer.get("headers", {})
+            assert "content-security-policy" in headers, (path, answer)
+            assert "frame-ancestors 'none'" in headers["content-security-policy"], path
+            assert headers["x-frame-options"] == "DENY", path
+            assert headers["x-content-type-options"] == "nosniff", path
+            assert headers["referrer-policy"] == "no-referrer", path
+
+    # The headers, as the browser got them: the sign-in page, its stylesheet, a 401 (a
+    # redirect is opaque to scripts; tests/dashboard/test_headers.py checks those).
+    check_headers("/login", "/static/dashboard.css", "/api/overview")
+    driver.save_screenshot(str(shots / "dashboard-sign-in.png"))
+
+    def console() -> list[dict[str, Any]]:
+        """The browser console's entries since the last call (selenium leaves it untyped)."""
+        entries: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+        return entries
+
+    # Framing refused: another origin frames the sign-in page and a plain page.
+    site = FramingSite(live.base + "/login")
+    try:
+        console()  # drop what came before
+        driver.get(site.base + "/")
+        driver.switch_to.frame(driver.find_element(By.ID, "plain"))
+        # The control: a page without the headers shows in a frame (the check can fail).
+        wait.until(lambda d: d.find_elements(By.ID, "token"))
+        driver.switch_to.default_content()
+        refusal = wait.until(lambda _: [e for e in console() if "frame-ancestors" in e["message"]])
+        # Chromium's words: "Framing 'http://127.0.0.1:PORT/' violates ... 'none'" ...
+        assert f"'{live.base}/'" in refusal[0]["message"]
+        assert "frame-ancestors 'none'" in refusal[0]["message"]
+        driver.switch_to.frame(driver.find_element(By.ID, "dashboard"))
+        assert not driver.find_elements(By.ID, "token")
+        assert "taskrunner" not in driver.page_source
+        driver.switch_to.default_content()
+    finally:
+        site.close()
+
+    # Sign in by keyboard: back to the page that asked, here the overview.
+    driver.get(live.base + "/")
+    token = wait.until(lambda d: d.find_element(By.ID, "token"))
+    assert driver.find_element(By.CSS_SELECTOR, 'label[for="token"]').text
+    token.send_keys(TOKEN)
+    token.send_keys(Keys.ENTER)
+    wait.until(lambda d: "actions enabled" in d.find_element(By.TAG_NAME, "header").text)
+    assert fetched("/api/queues")["status"] == 200
+    # Signed in: pages, the API and a 404 carry them too.
+    check_headers("/", "/queues/emails", "/api/queues", "/static/nothing")
+    assert fetched("/static/nothing")["status"] == 404
 
     # Overview: the worker holds 4 tasks (its pool) behind the gate; the rest wait.
     driver.get(live.base + "/")
@@ -283,13 +400,7 @@ def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots:
     assert not driver.find_elements(By.CSS_SELECTOR, "#payload b")
     driver.save_screenshot(str(shots / "dashboard-dead-letter.png"))
 
-    # Retry it through the UI, by keyboard: sign in with the token, confirm, see it leave.
-    driver.get(live.base + "/login")
-    token = driver.find_element(By.ID, "token")
-    assert driver.find_element(By.CSS_SELECTOR, 'label[for="token"]').text
-    token.send_keys(TOKEN)
-    token.send_keys(Keys.ENTER)
-    wait.until(lambda d: "actions enabled" in d.find_element(By.TAG_NAME, "header").text)
+    # Retry it through the UI, by keyboard: confirm, see it leave.
     driver.get(live.base + "/queues/emails/dead")
     driver.find_element(By.CSS_SELECTOR, f'tr[data-dead-id="{first}"] a.retry').send_keys(
         Keys.ENTER
@@ -309,12 +420,34 @@ def test_the_dashboard_in_a_browser(browser: object, live: LiveDashboard, shots:
     assert first not in dead_ids()
     assert driver.find_element(By.ID, "dead-count").text.startswith("2 dead letter(s)")
 
-    # Sign out by keyboard: the session ends and the actions are gone.
+    # Sign out by keyboard: the session ends, and with it the reading and the actions.
+    # The overview, open in another tab, goes to the sign-in page at its next refresh.
+    dead_tab = driver.current_window_handle
+    driver.switch_to.new_window("tab")
+    driver.get(live.base + "/?page=1")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-queue="emails"]'))
+    overview_tab = driver.current_window_handle
+    driver.switch_to.window(dead_tab)
     driver.find_element(By.ID, "logout").send_keys(Keys.ENTER)
-    wait.until(lambda d: "Sign in for actions" in d.find_element(By.TAG_NAME, "header").text)
+    wait.until(lambda d: d.find_elements(By.ID, "token"))
+    driver.switch_to.window(overview_tab)
+    wait.until(lambda d: d.find_elements(By.ID, "token"))
+    assert "/login?next=%2F%3Fpage%3D1" in driver.current_url
+    driver.close()
+    driver.switch_to.window(dead_tab)
     driver.get(live.base + "/queues/emails/dead")
+    wait.until(lambda d: d.find_elements(By.ID, "token"))
     assert not driver.find_elements(By.CSS_SELECTOR, "a.retry")
+    assert fetched("/api/queues")["status"] == 401
 
-    shown = ("overview", "overview-drained", "queue", "dead-letter", "confirm", "dead-letters")
+    shown = (
+        "sign-in",
+        "overview",
+        "overview-drained",
+        "queue",
+        "dead-letter",
+        "confirm",
+        "dead-letters",
+    )
     for name in shown:
         assert (shots / f"dashboard-{name}.png").stat().st_size > 1000

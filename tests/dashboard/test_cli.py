@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -122,7 +124,7 @@ def test_allow_actions_prints_a_generated_token(commands: list[Command]) -> None
     unset = {"TR_DASHBOARD_TOKEN": "", "TASKRUNNER_DASHBOARD_TOKEN": ""}
     command = Command("dashboard", "--port", "0", "--allow-actions", env=unset)
     commands.append(command)
-    token = command.wait_for(r"action token \(sign in with it\): (\S+)")[1]
+    token = command.wait_for(r"dashboard token \(sign in with it\): (\S+)")[1]
     base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
     signed = httpx.post(f"{base}/login", data={"token": token}, timeout=10)
     refused = httpx.post(f"{base}/login", data={"token": token[:-1]}, timeout=10)
@@ -224,3 +226,116 @@ def test_demo_dashboard_shows_the_demo_queue_and_stays_up(commands: list[Command
 def test_an_unknown_scheme_fails_at_start(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dashboard", "--port", "0", "--url", "nosuch://x"]) == 2
     assert "nosuch" in capsys.readouterr().err
+
+
+def test_a_token_in_the_environment_puts_reading_behind_the_sign_in(
+    commands: list[Command],
+) -> None:
+    token = "environment-token-0123456789"
+    env = {"TASKRUNNER_DASHBOARD_TOKEN": token, "TR_DASHBOARD_TOKEN": ""}
+    command = Command("dashboard", "--port", "0", "--queue", "jobs", env=env)
+    commands.append(command)
+    access = command.wait_for(r"^dashboard access: (.*)$")[1]
+    base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
+    page = httpx.get(f"{base}/queues/jobs", timeout=10)
+    api = httpx.get(f"{base}/api/queues", timeout=10)
+    bearer = httpx.get(f"{base}/api/queues", headers={"authorization": f"Bearer {token}"})
+    signed = httpx.post(f"{base}/login", data={"token": token}, timeout=10)
+    assert command.interrupt() == 0
+
+    assert access.startswith("reading needs sign-in with the token (sessions last 8 h")
+    assert access.endswith("; read-only")
+    assert page.status_code == 303
+    assert page.headers["location"] == "/login?next=%2Fqueues%2Fjobs"
+    assert api.status_code == 401
+    assert [q["name"] for q in bearer.json()["queues"]] == ["jobs"]
+    assert signed.status_code == 303
+    assert token not in "\n".join(command.seen)
+
+
+def test_without_a_token_the_start_up_line_says_reading_is_open(
+    commands: list[Command],
+) -> None:
+    unset = {"TR_DASHBOARD_TOKEN": "", "TASKRUNNER_DASHBOARD_TOKEN": ""}
+    command = Command("dashboard", "--port", "0", env=unset)
+    commands.append(command)
+    access = command.wait_for(r"^dashboard access: (.*)$")[1]
+    command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")
+    assert command.interrupt() == 0
+
+    assert access.startswith("reading needs no sign-in")
+    assert "loopback only" in access
+
+
+def test_a_reachable_address_without_a_token_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TASKRUNNER_DASHBOARD_TOKEN", raising=False)
+    monkeypatch.delenv("TR_DASHBOARD_TOKEN", raising=False)
+    code = main(["dashboard", "--addr", "0.0.0.0", "--allow-remote", "--port", "0"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--addr 0.0.0.0 without a token" in err
+    assert "TASKRUNNER_DASHBOARD_TOKEN" in err
+
+
+def test_the_session_hours_setting_of_the_environment(commands: list[Command]) -> None:
+    token = "environment-token-0123456789"
+    env = {
+        "TASKRUNNER_DASHBOARD_TOKEN": token,
+        "TR_DASHBOARD_TOKEN": "",
+        "TASKRUNNER_DASHBOARD_SESSION_HOURS": "0.25",
+    }
+    command = Command("dashboard", "--port", "0", env=env)
+    commands.append(command)
+    access = command.wait_for(r"^dashboard access: (.*)$")[1]
+    base = command.wait_for(r"at (http://127\.0\.0\.1:\d+)/")[1]
+    signed = httpx.post(f"{base}/login", data={"token": token}, timeout=10)
+    assert command.interrupt() == 0
+
+    assert "sessions last 0.25 h" in access
+    assert "Max-Age=900" in signed.headers["set-cookie"]
+
+
+@pytest.mark.parametrize("hours", ["0", "-2", "inf", "nan", "eight"])
+def test_a_bad_session_hours_setting_is_a_configuration_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, hours: str
+) -> None:
+    monkeypatch.setenv("TASKRUNNER_DASHBOARD_TOKEN", "environment-token-0123456789")
+    monkeypatch.setenv("TASKRUNNER_DASHBOARD_SESSION_HOURS", hours)
+    assert main(["dashboard", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("taskrunner: configuration error: TASKRUNNER_DASHBOARD_SESSION_HOURS=")
+    assert hours in err
+
+
+def test_the_flag_wins_over_the_session_hours_setting() -> None:
+    from taskrunner.cli.dashboard import session_hours
+
+    setting = {"TASKRUNNER_DASHBOARD_SESSION_HOURS": "3"}
+    assert session_hours(argparse.Namespace(session_hours=2.0), setting) == 2.0
+    assert session_hours(argparse.Namespace(session_hours=None), setting) == 3.0
+    assert session_hours(argparse.Namespace(session_hours=None), {}) == 8.0
+
+
+@pytest.mark.parametrize("command_args", [("dashboard",), ("demo", "--dashboard")])
+def test_a_busy_port_is_one_line_and_exit_code_2(command_args: tuple[str, ...]) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "taskrunner", *command_args, "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_SECONDS,
+            env={**os.environ, "TR_DASHBOARD_TOKEN": "", "TASKRUNNER_DASHBOARD_TOKEN": ""},
+            cwd=ROOT,
+        )
+
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"taskrunner: configuration error: dashboard: cannot listen on 127.0.0.1:{port}: "
+        "Address already in use"
+    ]
+    assert "Traceback" not in result.stdout

@@ -57,8 +57,9 @@ def shop(queue_url: str) -> Iterator[Any]:
     try:
         yield Client()
     finally:
-        if client._producer is not None:
-            client._producer.close()
+        opened: taskrunner.SyncProducer | None = getattr(client, "_producer", None)
+        if opened is not None:
+            opened.close()
         client._producer = None
 
 

@@ -18,6 +18,8 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
+import pytest
+
 from taskrunner.queue import (
     BROWSE_LIMIT,
     AddRequest,
@@ -25,6 +27,7 @@ from taskrunner.queue import (
     BrowseState,
     Delivery,
     MessageBrowser,
+    browse_takes_body_bytes,
     scheduling_of,
 )
 
@@ -126,7 +129,7 @@ def _stayed_once(listed: Sequence[BrowsedMessage], stayed: set[str], state: str,
 
 
 class BrowseCases(ConformanceBase):
-    """X80-X84."""
+    """X80-X85."""
 
     @conformance("X80")
     async def test_waiting_messages_are_listed_once_each_in_cursor_order_across_pages(
@@ -493,3 +496,62 @@ class BrowseCases(ConformanceBase):
             s.grace,
         )
         assert await s.queue.ack(got) == []
+
+    @conformance("X85")
+    async def test_with_body_bytes_a_longer_body_is_cut_to_it_and_body_size_is_its_length(
+        self, s: Scenario
+    ) -> None:
+        """Bodies of 0, 10, 100 and 5,000 bytes, one of them in flight, listed with cuts.
+
+        With ``body_bytes`` 0, 10, 64 and 5,000: a longer body is its first
+        ``body_bytes`` bytes with ``body_size`` its whole length; a body not longer is
+        whole, with ``body_size`` None or its length. ``body_bytes=None`` lists whole
+        bodies. -1, 1.5, "10" and True raise ValueError. Not applicable to a ``browse``
+        without the argument (contract 2.0).
+        """
+        part = s.require_browse()
+        if not browse_takes_body_bytes(part):
+            pytest.skip("not applicable: browse takes no body_bytes (contract 2.0)")
+        bodies = [b"", bytes(range(10)), b"x" * 100, bytes(i % 251 for i in range(5000))]
+        ids = await s.add(bodies)
+        by_id = dict(zip(ids, bodies, strict=True))
+        await s.receive_n(s.queue, s.consumer("holder"), 1)
+        for cut in (0, 10, 64, 5000, None):
+            listed = [
+                m
+                for state in ("waiting", "in_flight")
+                for m in await part.browse(state, limit=BROWSE_LIMIT, body_bytes=cut)
+            ]
+            assert sorted(_ids(listed)) == sorted(ids), (
+                f"browse(body_bytes={cut}) listed {sorted(_ids(listed))}, not {sorted(ids)}"
+            )
+            for m in listed:
+                whole = by_id[m.message_id]
+                if cut is not None and len(whole) > cut:
+                    assert (m.body, m.body_size) == (whole[:cut], len(whole)), (
+                        f"browse(body_bytes={cut}) listed a {len(whole)}-byte body as "
+                        f"{len(m.body)} bytes with body_size {m.body_size}, not its first "
+                        f"{cut} bytes with body_size {len(whole)}"
+                    )
+                else:
+                    assert m.body == whole, (
+                        f"browse(body_bytes={cut}) cut a {len(whole)}-byte body to "
+                        f"{len(m.body)} bytes"
+                    )
+                    assert m.body_size in (None, len(whole)), (
+                        f"browse(body_bytes={cut}) gave a whole {len(whole)}-byte body "
+                        f"body_size {m.body_size}"
+                    )
+        s.boundary(4)
+        wrong = []
+        for bad in (-1, 1.5, "10", True):
+            try:
+                result = await part.browse("waiting", body_bytes=bad)  # type: ignore[arg-type]
+            except ValueError:
+                continue
+            except Exception as exc:
+                wrong.append(f"body_bytes={bad!r} raised {exc!r}")
+            else:
+                wrong.append(f"body_bytes={bad!r} returned {result!r:.60}")
+        assert not wrong, "invalid body_bytes were accepted: " + "; ".join(wrong)
+        s.boundary(4)

@@ -36,7 +36,8 @@ Exit codes:
   with an error), or ``dead-letters show/retry/purge`` did not find an id, or
   ``cancel`` could not cancel an id (running, done or unknown).
 * 2 - bad usage or configuration: unknown flag or setting, a value breaking a rule, an
-  App that cannot be imported, an unknown task, an invalid payload.
+  App that cannot be imported, an unknown task, an invalid payload, a port that cannot
+  be listened on (``metrics_port``, the dashboard's ``--port`` in use).
 * 3 - ``db status``: the schema is missing or older than this taskrunner's (run
   ``db migrate``); 4 - it is newer (upgrade taskrunner).
 * 130 - interrupted (Ctrl-C) during a command other than ``worker`` and ``demo``.

@@ -99,10 +99,12 @@ async def _demo_with_dashboard(args: argparse.Namespace, settings: Settings) -> 
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     runners: list[Runner] = []
+    guard = dashboard.dashboard_guard(args)
     board = package.build.build_dashboard(
         settings.url,
         [],
-        guard=dashboard.dashboard_guard(args),
+        guard=guard,
+        actions=args.allow_actions,
         completed_source=lambda: sum(r.stats().succeeded for r in runners),
         loopback_only=not args.allow_remote,
     )
@@ -118,6 +120,8 @@ async def _demo_with_dashboard(args: argparse.Namespace, settings: Settings) -> 
         print("demo finished; the dashboard stays up until Ctrl-C", flush=True)
 
     server = package.server.Server(board, host=addr, port=args.port)
+    dashboard.bind(server)
+    print(dashboard.access_line(guard, actions=args.allow_actions), flush=True)
     stop = asyncio.Event()
 
     def on_signal(_: int) -> None:

@@ -22,6 +22,7 @@ def build_dashboard(
     *,
     app: App | None = None,
     guard: Guard | None = None,
+    actions: bool = True,
     completed_source: Callable[[], int] | None = None,
     loopback_only: bool = True,
     discover: bool = False,
@@ -31,7 +32,8 @@ def build_dashboard(
     Queues are opened on first view and closed when the server stops. With
     `loopback_only` it answers only requests addressed to a loopback host name. With
     `discover` it shows the backend's own list of queues where the backend can give
-    one (asked through a handle of ``names[0]``), else `names`.
+    one (asked through a handle of ``names[0]``), else `names`. With a `guard`,
+    reading needs sign-in; `actions` then offers retry and purge to signed-in browsers.
 
     Raises:
         ConfigurationError: The URL is malformed or its scheme unknown, or a name is
@@ -49,6 +51,7 @@ def build_dashboard(
         url=mask_url(url),
         app=app,
         guard=guard,
+        actions=actions,
         sampler=Sampler(completed_source=completed_source),
         allowed_hosts=LOOPBACK_HOSTS if loopback_only else None,
         discover_probe=names[0] if discover and names else None,

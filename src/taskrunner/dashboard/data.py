@@ -19,6 +19,7 @@ import msgspec
 
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.codec import decode_envelope
+from taskrunner.dashboard.preview import envelope_start
 from taskrunner.errors import BackendError, DecodeError
 from taskrunner.queue import (
     BrowsedMessage,
@@ -408,6 +409,7 @@ class MessageView(msgspec.Struct, frozen=True, kw_only=True):
     ``payload`` is the start of the payload's JSON text (at most `PAYLOAD_PREVIEW`
     characters, ``payload_truncated`` says when cut; never evaluated, the pages
     escape it); ``task`` is None for a body that is not a taskrunner envelope.
+    ``body_bytes`` is the whole body's size, also when only its start was read.
     ``age_seconds`` is the time since the add; ``lease_remaining_seconds`` the time
     until an in-flight lease lapses unless heartbeated (negative: lapsed, not yet
     reclaimed).
@@ -430,21 +432,34 @@ class MessageView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def message_view(message: BrowsedMessage, now: float) -> MessageView:
-    """Decode `message`'s envelope; a body that is no envelope is shown by its size only."""
+    """Decode `message`'s envelope; a body that is no envelope is shown by its size only.
+
+    A body the backend cut (`BrowsedMessage.body_size` set) is read up to its cut
+    (`taskrunner.dashboard.preview.envelope_start`).
+    """
     task = task_id = payload = None
     truncated = False
     added_at = message.added_at
-    try:
-        envelope = decode_envelope(message.body)
-    except DecodeError:
-        pass
+    enqueued_at = None
+    size = len(message.body) if message.body_size is None else message.body_size
+    if size > len(message.body):
+        start = envelope_start(message.body)
+        if start is not None:
+            task, task_id, enqueued_at = start.task, start.task_id, start.enqueued_at
+            truncated = start.payload_cut or len(start.payload) > PAYLOAD_PREVIEW
+            payload = start.payload[:PAYLOAD_PREVIEW]
     else:
-        task, task_id = envelope.task, envelope.id
-        text = bytes(envelope.payload).decode("utf-8", errors="replace")
-        truncated = len(text) > PAYLOAD_PREVIEW
-        payload = text[:PAYLOAD_PREVIEW]
-        if added_at is None:
-            added_at = envelope.enqueued_at
+        try:
+            envelope = decode_envelope(message.body)
+        except DecodeError:
+            pass
+        else:
+            task, task_id, enqueued_at = envelope.task, envelope.id, envelope.enqueued_at
+            text = bytes(envelope.payload).decode("utf-8", errors="replace")
+            truncated = len(text) > PAYLOAD_PREVIEW
+            payload = text[:PAYLOAD_PREVIEW]
+    if added_at is None:
+        added_at = enqueued_at
     remaining = None
     if message.lease_seconds is not None and message.idle_seconds is not None:
         remaining = message.lease_seconds - message.idle_seconds
@@ -462,5 +477,5 @@ def message_view(message: BrowsedMessage, now: float) -> MessageView:
         lease_remaining_seconds=remaining,
         payload=payload,
         payload_truncated=truncated,
-        body_bytes=len(message.body),
+        body_bytes=size,
     )

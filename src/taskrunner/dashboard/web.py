@@ -48,10 +48,12 @@ from taskrunner.dashboard.data import (
     queue_row,
 )
 from taskrunner.dashboard.headers import SecurityHeadersMiddleware
+from taskrunner.dashboard.preview import PREVIEW_BYTES
 from taskrunner.dashboard.security import SESSION_COOKIE, Guard
+from taskrunner.dashboard.signin import SignInMiddleware, safe_next
 from taskrunner.errors import BackendError
 from taskrunner.producer import Producer
-from taskrunner.queue import BROWSE_LIMIT, BrowseState, browse_of
+from taskrunner.queue import BROWSE_LIMIT, BrowseState, browse_of, browse_takes_body_bytes
 from taskrunner.scheduler import schedule_overview
 
 __all__ = ["LOOPBACK_HOSTS", "REFRESH_SECONDS", "Dashboard", "create_app"]
@@ -74,8 +76,12 @@ class Dashboard:
         queues: The queues shown (opened lazily, closed when the app shuts down).
         url: The backend URL, already masked (never shown with its password).
         app: The App, for its queue, task names and periodic schedules.
-        guard: The action token and CSRF check; None: read-only (no action is offered
-            and every action request is refused).
+        guard: The token, its sessions and the CSRF check. When set, every page and
+            API answer needs a session (or the token as a Bearer header on the API; see
+            `taskrunner.dashboard.signin`). None: anyone who reaches the dashboard reads
+            it, and no action is offered.
+        actions: With a `guard`: retry and purge are offered to signed-in browsers
+            (``--allow-actions``); False: signed-in browsers only read.
         sampler: The throughput samples.
         clock: Wall time of ages.
         allowed_hosts: Host header values served (None: any). A loopback dashboard
@@ -91,6 +97,7 @@ class Dashboard:
     url: str
     app: App | None = None
     guard: Guard | None = None
+    actions: bool = True
     sampler: Sampler = field(default_factory=Sampler)
     clock: Clock = field(default_factory=SystemClock)
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
@@ -169,8 +176,10 @@ def create_app(dashboard: Dashboard) -> Starlette:
     calls `Queue.stats` once per queue of the page asked for and for no other queue;
     no route lists more than a fixed cap of anything (queues `PAGE_SIZE` per page,
     workers, consumers and dead letters capped, and the cap is said on the page);
-    every action is refused unless a `Guard` was given, the session cookie and the
-    CSRF value match it.
+    with a `Guard`, nothing but the sign-in page and its stylesheet is served without
+    a live session (the API also takes the token as a Bearer header); every action is
+    refused unless the dashboard has a `Guard` and ``actions``, and the session cookie
+    and the CSRF value match it.
     """
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(_HERE / "templates"), autoescape=True)
     env.filters["age"] = _age
@@ -183,11 +192,17 @@ def create_app(dashboard: Dashboard) -> Starlette:
         cookie = request.cookies.get(SESSION_COOKIE)
         return d.guard is not None and d.guard.signed_in(cookie, d.clock.monotonic())
 
+    def acts() -> bool:
+        return d.guard is not None and d.actions
+
     def render(request: Request, template: str, code: int = 200, /, **context: Any) -> Response:
+        is_signed_in = signed_in(request)
         base = {
             "url": d.url,
-            "actions": d.guard is not None,
-            "signed_in": signed_in(request),
+            "actions": acts(),
+            "sign_in_offered": d.guard is not None,
+            "signed_in": is_signed_in,
+            "can_act": acts() and is_signed_in,
             "csrf": "" if d.guard is None else d.guard.csrf,
             "refresh_ms": int(REFRESH_SECONDS * 1000),
             "has_schedules": d.app is not None and bool(d.app.schedules),
@@ -369,8 +384,11 @@ def create_app(dashboard: Dashboard) -> Starlette:
         }
         if part is None:
             return document
+        # Only the start of each body is read where the backend can cut it (contract
+        # 2.1): the list shows PAYLOAD_PREVIEW characters, a message may be 50 MB.
+        cut = {"body_bytes": PREVIEW_BYTES} if browse_takes_body_bytes(part) else {}
         try:
-            page = await part.browse(state, after=after, limit=min(limit + 1, BROWSE_LIMIT))
+            page = await part.browse(state, after=after, limit=min(limit + 1, BROWSE_LIMIT), **cut)
         except ValueError as exc:
             raise _BadRequestError(str(exc)) from None
         # At the cap, a full page may be the last one: the next page is then empty.
@@ -452,7 +470,7 @@ def create_app(dashboard: Dashboard) -> Starlette:
         return render(request, "dead_one.html", name=name, letter=letter)
 
     def refusal(request: Request) -> str | None:
-        if d.guard is None:
+        if not acts():
             return "read-only dashboard: start it with --allow-actions to retry or purge"
         if not signed_in(request):
             return "sign in with the dashboard token first"
@@ -525,12 +543,15 @@ def create_app(dashboard: Dashboard) -> Starlette:
         if d.guard is None:
             return problem(request, 403, "read-only dashboard: there is nothing to sign in to")
         if request.method == "GET":
-            return render(request, "login.html", failed=False)
+            target = safe_next(request.query_params.get("next"))
+            return render(request, "login.html", failed=False, next=target)
         form = await _form(request)
         given = form.get("token")
+        target = safe_next(form.get("next"))
         if given is None or not d.guard.token_matches(given.strip()):
-            return render(request, "login.html", 403, failed=True)
-        response = RedirectResponse("/", status_code=303)
+            return render(request, "login.html", 403, failed=True, next=target)
+        # Back to the page that asked for the sign-in (a local path only).
+        response = RedirectResponse(target, status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
             d.guard.sign_in(d.clock.monotonic()),
@@ -582,8 +603,11 @@ def create_app(dashboard: Dashboard) -> Starlette:
         Route("/api/schedules", api_schedules),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    # First: outermost, so a response of the host check carries the headers too.
+    # First: outermost, so a response of the host check or the sign-in check carries
+    # the headers too.
     middleware = [Middleware(SecurityHeadersMiddleware)]
     if d.allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(d.allowed_hosts)))
+    if d.guard is not None:
+        middleware.append(Middleware(SignInMiddleware, guard=d.guard, clock=d.clock))
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)

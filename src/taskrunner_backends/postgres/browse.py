@@ -38,16 +38,21 @@ from .scheduling import parse_message_id
 
 __all__ = ["PostgresBrowser", "PostgresQueueNames"]
 
+# The body cut on the server (substring of a TOASTed bytea reads only the slices it
+# needs) and its whole length (octet_length reads the stored length, not the value).
 _COLUMNS = """
     m.id,
     (extract(epoch FROM m.available_at) * 1000000)::bigint AS at_us,
-    m.body, m.delivery_count,
+    substring(m.body FROM 1 FOR %(cut)s::int) AS body, m.delivery_count,
     extract(epoch FROM m.added_at)::float8 AS added_at,
     m.owner,
     greatest(0, extract(epoch FROM (clock_timestamp() - m.leased_at)))::float8 AS idle,
-    m.lease_seconds
+    m.lease_seconds,
+    octet_length(m.body) AS size
 FROM {s}.messages m
 """
+# A cut no bytea reaches (at most 1 GB): the whole body.
+_WHOLE = 2**31 - 1
 
 _WAITING_FIRST = (
     "SELECT"
@@ -142,16 +147,26 @@ class PostgresBrowser:
         self._in_flight = db.sql(_IN_FLIGHT)
 
     async def browse(
-        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+        self,
+        state: BrowseState,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        body_bytes: int | None = None,
     ) -> list[BrowsedMessage]:
         """Up to `limit` rows in `state` after cursor `after`, in cursor order.
+
+        With `body_bytes`, the query returns each body's first `body_bytes` bytes
+        (``substring``) and its length (``octet_length``): the rest is neither read
+        from the table's out-of-line storage beyond the slices needed nor sent.
 
         Raises:
             ValueError: See `taskrunner.queue.MessageBrowser.browse`; `after` must be a
                 cursor of this backend (``<us>.<id>`` waiting, a message id in flight).
         """
-        check_browse(state, limit)
-        params: dict[str, Any] = {"q": self._queue, "limit": limit}
+        check_browse(state, limit, body_bytes)
+        cut = _WHOLE if body_bytes is None else min(body_bytes, _WHOLE)
+        params: dict[str, Any] = {"q": self._queue, "limit": limit, "cut": cut}
         if state == "in_flight":
             query = self._in_flight
             params["id"] = 0
@@ -177,12 +192,15 @@ class PostgresBrowser:
 
 
 def _browsed(state: BrowseState, row: Sequence[Any]) -> BrowsedMessage:
-    row_id, at_us, body, count, added_at, owner, idle, lease = row
+    row_id, at_us, body, count, added_at, owner, idle, lease, size = row
     leased = state == "in_flight"
+    body = bytes(body)
     return BrowsedMessage(
         cursor=str(row_id) if leased else f"{int(at_us)}.{row_id}",
         message_id=str(row_id),
-        body=bytes(body),
+        body=body,
+        # Set only when cut, as the contract reads (None: the body is whole).
+        body_size=int(size) if int(size) > len(body) else None,
         delivery_count=int(count),
         added_at=None if added_at is None else float(added_at),
         consumer=str(owner) if leased else None,

@@ -9,7 +9,7 @@ they wait as much as the stream's entries do, and the contract lists them.
 
 from __future__ import annotations
 
-from taskrunner.queue import BrowsedMessage, BrowseState, check_browse
+from taskrunner.queue import BrowsedMessage, BrowseState, check_browse, cut_body
 
 from .base import QueueBase
 from .receipts import _LEASE_SUFFIX, _caller_name, _Message, _parse_entry
@@ -24,7 +24,12 @@ class BrowseMixin(QueueBase):
     """`browse_messages`: a page of waiting or in-flight messages, changing none of them."""
 
     async def browse_messages(
-        self, state: BrowseState, *, after: str | None = None, limit: int = 100
+        self,
+        state: BrowseState,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        body_bytes: int | None = None,
     ) -> list[BrowsedMessage]:
         """Up to `limit` messages in `state` after cursor `after`, in stream-entry order.
 
@@ -39,13 +44,18 @@ class BrowseMixin(QueueBase):
         and lease from its group consumer name, the delivery count its entry's base
         plus the PEL's. An entry that is not a taskrunner message is listed with its
         fields as JSON for a body (receive dead-letters it); one whose payload was
-        deleted while pending with an empty body.
+        deleted while pending with an empty body. With `body_bytes`, the script cuts
+        each entry's body field on the server (``string.sub``), so a page sends about
+        ``limit * body_bytes`` bytes however large the bodies; the fields of an entry
+        that is not a taskrunner message, listed as evidence, are cut to `body_bytes`
+        here (their body field already on the server; ``body_size`` is then the
+        evidence's length plus what the server cut, close to what it would be).
 
         Raises:
             ValueError: See `taskrunner.queue.MessageBrowser.browse`; `after` must be a
                 stream id (``<ms>-<seq>``).
         """
-        check_browse(state, limit)
+        check_browse(state, limit, body_bytes)
         if after is not None and not _is_stream_id(after):
             raise ValueError(f"after must be a stream entry id (ms-seq), got {after!r:.60}")
         await self._ready()
@@ -60,16 +70,23 @@ class BrowseMixin(QueueBase):
             "browse",
             SCRIPTS["browse"],
             [self._keys.stream],
-            [self._keys.group, state, after or "", limit],
+            [self._keys.group, state, after or "", limit, "" if body_bytes is None else body_bytes],
         )
         page = []
-        for i in range(0, len(reply), 5):
+        for i in range(0, len(reply), 6):
             entry_id = _as_str(reply[i])
             parsed = _parse_entry(entry_id, reply[i + 1])
+            cut = reply[i + 5]
+            size = None
             if isinstance(parsed, _Message):
                 message_id, body, base = parsed.message_id, parsed.body, parsed.base_count
+                size = None if cut is None else _as_int(cut)
             else:
-                message_id, body, base = entry_id, parsed.evidence, 0
+                message_id, base = entry_id, 0
+                body, size = cut_body(parsed.evidence, body_bytes)
+                if cut is not None and body_bytes is not None:
+                    # Its body field was cut on the server: about that much more.
+                    size = (size or len(parsed.evidence)) + _as_int(cut) - body_bytes
             holder = reply[i + 2]
             consumer = lease = idle = None
             count = base
@@ -90,6 +107,7 @@ class BrowseMixin(QueueBase):
                     consumer=consumer,
                     idle_seconds=idle,
                     lease_seconds=lease,
+                    body_size=size,
                 )
             )
         return page

@@ -104,10 +104,19 @@
     }
   }
 
+  // The session ended (expired, signed out elsewhere): show the sign-in page, which
+  // comes back here, instead of numbers that no longer refresh.
+  function signInAgain(r) {
+    if (r.status === 401) {
+      window.location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search));
+    }
+  }
+
   function refresh() {
     var query = "?page=" + encodeURIComponent(page) + "&filter=" + encodeURIComponent(filter);
     fetch("/api/overview" + query, { headers: { Accept: "application/json" } })
       .then(function (r) {
+        signInAgain(r);
         if (!r.ok) throw new Error("HTTP " + r.status);
         return r.json();
       })

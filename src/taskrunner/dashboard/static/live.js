@@ -48,8 +48,17 @@
     if (el) el.textContent = text;
   }
 
+  // The session ended (expired, signed out elsewhere): show the sign-in page, which
+  // comes back here, instead of numbers that no longer refresh.
+  function signInAgain(r) {
+    if (r.status === 401) {
+      window.location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search));
+    }
+  }
+
   function getJson(url) {
     return fetch(url, { headers: { Accept: "application/json" } }).then(function (r) {
+      signInAgain(r);
       if (!r.ok) throw new Error("HTTP " + r.status);
       return r.json();
     });

@@ -2,10 +2,12 @@
 --
 -- KEYS: 1 stream
 -- ARGV: 1 group, 2 "waiting" | "in_flight", 3 cursor (a stream entry id; "" = from the
---       first), 4 limit (count, checked by the caller)
--- Returns 5 values per entry, in entry-id order: entry id, its field list (false when
+--       first), 4 limit (count, checked by the caller), 5 body bytes ("" = whole bodies;
+--       else the body field 'b' is cut to its first N bytes here, on the server)
+-- Returns 6 values per entry, in entry-id order: entry id, its field list (false when
 --       the entry is gone), then for in_flight: group consumer, idle ms, PEL count
---       (false for waiting).
+--       (false for waiting), then the whole length of the 'b' field when it was cut
+--       (false when not).
 --
 -- Acked entries are deleted, so the stream holds only in-flight entries (up to the
 -- group's last-delivered id, each one in the PEL) and waiting ones (after it). A page
@@ -15,6 +17,7 @@
 
 local stream = KEYS[1]
 local group, state, after, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local cut = tonumber(ARGV[5])
 
 local out = {}
 if redis.call('EXISTS', stream) == 0 then
@@ -50,13 +53,25 @@ local function less(a, b)
   return lt(as, bs)
 end
 
+-- Only the body is cut: the other fields of a message are a few bytes each (its id,
+-- a delivery count), and a cut one would no longer parse.
 local function emit(id, fields, consumer, idle, count)
+  local size = false
+  if fields and cut then
+    for i = 1, #fields - 1, 2 do
+      if fields[i] == 'b' and #fields[i + 1] > cut then
+        size = #fields[i + 1]
+        fields[i + 1] = string.sub(fields[i + 1], 1, cut)
+      end
+    end
+  end
   local n = #out
   out[n + 1] = id
   out[n + 2] = fields or false
   out[n + 3] = consumer or false
   out[n + 4] = idle or false
   out[n + 5] = count or false
+  out[n + 6] = size
 end
 
 if state == 'waiting' then
