@@ -91,6 +91,7 @@ from taskrunner.cli.common import (
     common_options,
     resolve_app_argument,
 )
+from taskrunner.backends import import_backend
 from taskrunner.cli.output import Output
 from taskrunner.errors import BackendError, ConfigurationError, MessageError
 from taskrunner.logs import configure_logging
@@ -224,6 +225,10 @@ def _url_words(words: Sequence[str]) -> list[str]:
 def _secrets(texts: Sequence[str], known: Sequence[str] = ()) -> tuple[str, ...]:
     found = dict.fromkeys(known)
     for text in texts:
+        # A backend declares its secret options when imported: before they are looked for
+        # (in `url_secrets` now, by every later `mask_secrets`), even by a command that
+        # never opens the URL.
+        import_backend(text)
         found.update(dict.fromkeys(url_secrets(text)))
     return tuple(sorted(found, key=len, reverse=True))
 
