@@ -145,8 +145,9 @@ COMMON = [
     ["config", "--json"],
     ["inspect", "--app", APP, "--log-level", "debug"],
     ["inspect", "--app", APP, "--json", "--log-format", "json", "--log-level", "debug"],
-    ["worker", APP, "--burst", "--log-level", "debug"],
-    ["worker", APP, "--burst", "--log-format", "json", "--log-level", "debug"],
+    # --block-seconds: the burst ends after one short empty read.
+    ["worker", APP, "--burst", "--block-seconds", "0.01", "--log-level", "debug"],
+    ["worker", APP, "--burst", "--block-seconds", "0.01", "--log-format", "json"],
     ["db", "status", "--json", "--log-level", "debug"],
 ]
 
@@ -200,13 +201,13 @@ SCRIPT: list[tuple[tuple[str, ...], list[str]]] = [
     (("schedules",), [APP, "--json"]),
     (("cancel",), [APP, "<delayed>", "--json"]),
     (("cancel",), [APP, "<scheduled>"]),
-    (("worker",), [APP, "--burst"]),
+    (("worker",), [APP, "--burst", "--block-seconds", "0.01"]),
     (("dead-letters", "list"), ["--app", APP]),
     (("dead-letters", "list"), ["--app", APP, "--json"]),
     (("dead-letters", "show"), ["<dead>", "--app", APP]),
     (("dead-letters", "show"), ["<dead>", "--app", APP, "--json"]),
     (("dead-letters", "retry"), ["<dead>", "--app", APP, "--json"]),
-    (("worker",), [APP, "--burst", "--log-format", "json"]),
+    (("worker",), [APP, "--burst", "--block-seconds", "0.01", "--log-format", "json"]),
     (("dead-letters", "retry"), ["--all", "--app", APP]),
     (("dead-letters", "purge"), ["--all", "--yes", "--app", APP]),
     (("dead-letters", "purge"), ["--all", "--yes", "--app", APP, "--json"]),
