@@ -293,7 +293,8 @@ def secret_cluster() -> Iterator[str]:
     host, _, port = nodes.split(",")[0].rpartition(":")
     username, password = parts.username, parts.password
     cluster = redis.RedisCluster(host=host, port=int(port), username=username, password=password)
-    addresses = [(node.host, int(node.port)) for node in cluster.get_nodes()]
+    nodes_found = cluster.get_nodes()  # type: ignore[no-untyped-call]
+    addresses = [(node.host, int(node.port)) for node in nodes_found]
     cluster.close()
 
     def each_node(action: Callable[[Any], None]) -> None:

@@ -194,7 +194,10 @@ SCRIPT: list[tuple[tuple[str, ...], list[str]]] = [
     (("enqueue",), [APP, "cli.greet", "--payload", '{"name": "a"}']),
     (("enqueue",), [APP, "cli.fail", "--payload", '{"name": "b"}', "--json"]),
     (("enqueue",), [APP, "cli.greet", "--payload", '{"name": "c"}', "--delay", "1h"]),
-    (("enqueue",), [APP, "cli.greet", "--payload", '{"name": "d"}', "--at", "2099-01-01T00:00:00Z"]),
+    (
+        ("enqueue",),
+        [APP, "cli.greet", "--payload", '{"name": "d"}', "--at", "2099-01-01T00:00:00Z"],
+    ),
     (("inspect",), ["--app", APP]),
     (("inspect",), ["--app", APP, "--json"]),
     (("schedules",), [APP]),
@@ -235,11 +238,8 @@ def test_every_command_has_a_case() -> None:
 REPRESENTATIVE = [
     form
     for form in FORMS
-    if form.id
-    in {"user-all-of-them", "nouser-quotes", "option-password", f"option-{VAULT_OPTION}"}
+    if form.id in {"user-all-of-them", "nouser-quotes", "option-password", f"option-{VAULT_OPTION}"}
 ]
-
-
 
 
 def _dead_id(result: Result) -> str | None:
@@ -272,7 +272,7 @@ def test_every_command_hides_the_secret(run: Cli, target: Target, form: Form) ->
         # Every command got as far as its normal output, but those the backend refuses:
         # enqueue on memory:// (gone when the command exits) and what follows from
         # it, db on backends without a schema.
-        expected = {("db", "migrate"), ("db", "status")}
+        expected: set[tuple[str, ...]] = {("db", "migrate"), ("db", "status")}
         if target.scheme == "postgresql":
             expected = set()
         if target.scheme == "memory":
@@ -384,5 +384,3 @@ def test_the_script_runs_on_memory_at_least(run: Cli) -> None:
     result = run("inspect", "--app", APP, "--json", "--url", target.url(form))
     assert result.code == 0, result.err
     assert json.loads(result.out)["queues"][0]["url"].startswith("memory://trsecrets:***@")
-
-

@@ -15,8 +15,7 @@ from urllib.parse import parse_qsl, urlsplit
 from taskrunner.clock import Clock
 from taskrunner.errors import ConfigurationError
 from taskrunner.redaction import register_secret_options
-from taskrunner_backends.memory import InMemoryQueue
-from taskrunner_backends.memory import open_from_url as open_memory
+from taskrunner_backends.memory import InMemoryQueue, open_from_url as open_memory
 
 SECRET_OPTION = "vault_key"
 

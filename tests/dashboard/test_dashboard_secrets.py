@@ -123,9 +123,9 @@ class Dashboard_process:  # noqa: N801 - reads as what it is
     """``taskrunner dashboard`` in a process of its own; its output read by a thread."""
 
     def __init__(self, url: str) -> None:
+        argv = ["dashboard", "--app", APP, "--port", "0", "--url", url, "--log-level", "debug"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "taskrunner", "dashboard", "--app", APP, "--port", "0"]
-            + ["--url", url, "--log-level", "debug"],
+            [sys.executable, "-m", "taskrunner", *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -177,13 +177,17 @@ def fetch_everything(base: str, name: str) -> list[tuple[str, int, str]]:
     with httpx.Client(base_url=base, timeout=DEADLINE_SECONDS) as client:
         for method, template in CASES:
             if template == "/static/*":
-                paths = [f"/static/{p.relative_to(STATIC)}" for p in STATIC.rglob("*") if p.is_file()]
+                paths = [
+                    f"/static/{p.relative_to(STATIC)}" for p in STATIC.rglob("*") if p.is_file()
+                ]
             else:
                 paths = [template.format(name=name, **ids)]
             for path in paths:
                 response = client.request(method, path, data={"csrf": "x", "token": "x"})
                 text = response.text
-                shown.append((f"{method} {path}", response.status_code, f"{response.headers}\n{text}"))
+                shown.append(
+                    (f"{method} {path}", response.status_code, f"{response.headers}\n{text}")
+                )
                 if template.endswith("/messages") and response.status_code == 200:
                     ids["message_id"] = next(_ids(response.json(), ("id", "message_id")), "0-1")
                 if template.endswith("/dead-letters") and response.status_code == 200:
@@ -264,10 +268,10 @@ def test_no_page_of_the_dashboard_shows_the_secret(
         assert_clean(text, what)
         assert status < 500 or target.scheme == "rediss", (what, status, text)
     if live:
-        statuses = dict((what, status) for what, status, _ in shown)
+        statuses = {what: status for what, status, _ in shown}
         # The detail routes found what the lists showed.
-        assert all(code == 200 for what, code in statuses.items() if what.startswith("GET /api/")), statuses
+        assert all(
+            code == 200 for what, code in statuses.items() if what.startswith("GET /api/")
+        ), statuses
         assert "***" in next(text for what, _, text in shown if what == "GET /")
     assert board.process.returncode == 0, printed
-
-

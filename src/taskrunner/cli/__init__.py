@@ -66,6 +66,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskrunner import __version__
+from taskrunner.backends import import_backend
 from taskrunner.cli import (
     config,
     dashboard,
@@ -91,7 +92,6 @@ from taskrunner.cli.common import (
     common_options,
     resolve_app_argument,
 )
-from taskrunner.backends import import_backend
 from taskrunner.cli.output import Output
 from taskrunner.errors import BackendError, ConfigurationError, MessageError
 from taskrunner.logs import configure_logging
