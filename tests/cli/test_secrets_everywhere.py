@@ -384,3 +384,16 @@ def test_the_script_runs_on_memory_at_least(run: Cli) -> None:
     result = run("inspect", "--app", APP, "--json", "--url", target.url(form))
     assert result.code == 0, result.err
     assert json.loads(result.out)["queues"][0]["url"].startswith("memory://trsecrets:***@")
+
+
+@pytest.mark.usefixtures("vault_scheme")
+@pytest.mark.parametrize("command", [["inspect"], ["worker", APP, "--burst"]])
+def test_a_bug_shows_its_traceback_without_the_secret(run: Cli, command: list[str]) -> None:
+    url = "vault://user:S3CR%2FET9X@crash?vault_key=S3CR%26ET9X%2Fb64%3D%3D"
+
+    result = run(*command, "--url", url)
+
+    assert result.code == 1
+    assert "Traceback" in result.err
+    assert "RuntimeError: vault client bug while opening vault://user:***@crash" in result.err
+    assert_clean(result.out + result.err, command)
