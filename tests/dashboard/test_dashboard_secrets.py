@@ -11,7 +11,8 @@ name, and PostgreSQL's ``?password=`` and ``?sslpassword=``): the masking of eve
 is tests/cli/test_secrets_everywhere.py's; here it is every place the dashboard
 shows a URL. On live servers the queue holds a message and a dead letter first, so
 the detail routes show one; the TLS Redis address refuses connections, so its pages
-show the backend's errors.
+show the backend's errors. ``taskrunner demo --dashboard`` serves the same pages: it
+is fetched likewise once, on Redis.
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ def _ids(document: Any, keys: tuple[str, ...]) -> Iterator[str]:
 class Dashboard_process:  # noqa: N801 - reads as what it is
     """``taskrunner dashboard`` in a process of its own; its output read by a thread."""
 
-    def __init__(self, url: str) -> None:
-        argv = ["dashboard", "--app", APP, "--port", "0", "--url", url, "--log-level", "debug"]
+    def __init__(self, url: str, argv: tuple[str, ...] = ("dashboard", "--app", APP)) -> None:
+        argv = (*argv, "--port", "0", "--url", url, "--log-level", "debug")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "taskrunner", *argv],
             stdout=subprocess.PIPE,
@@ -141,19 +142,19 @@ class Dashboard_process:  # noqa: N801 - reads as what it is
         for line in self.process.stdout:
             self.output.append(line)
 
-    def address(self) -> str:
-        """The ``http://host:port`` of the start-up line, within the deadline."""
-        pattern = re.compile(r"dashboard of \S+ at (http://127\.0\.0\.1:\d+)/")
+    def address(self, pattern: str = r"dashboard of \S+ at (http://127\.0\.0\.1:\d+)/") -> str:
+        """The first group of `pattern` (the ``http://host:port`` of the start-up line),
+        found in the output within the deadline."""
         deadline = time.monotonic() + DEADLINE_SECONDS
         while time.monotonic() < deadline:
-            found = pattern.search("".join(self.output))
+            found = re.search(pattern, "".join(self.output))
             if found:
                 return found[1]
             if self.process.poll() is not None:
                 break
             time.sleep(0.05)
         self.stop()
-        pytest.fail(f"no start-up line:\n{''.join(self.output)}")
+        pytest.fail(f"no {pattern!r} in:\n{''.join(self.output)}")
 
     def stop(self) -> str:
         """SIGTERM, and everything it printed."""
@@ -273,3 +274,25 @@ def test_no_page_of_the_dashboard_shows_the_secret(
         ), statuses
         assert "***" in next(text for what, _, text in shown if what == "GET /")
     assert board.process.returncode == 0, printed
+
+
+@pytest.mark.redis
+def test_the_demo_dashboard_hides_the_secret(secret_redis: Any) -> None:  # noqa: F811
+    form = next(f for f in FORMS if f.id == "user-all-of-them")
+    url = redis_target(secret_redis.port, f"trsec-{uuid.uuid4().hex[:12]}").url(form)
+    demo = Dashboard_process(url, ("demo", "--tasks", "20", "--num-workers", "2", "--dashboard"))
+    try:
+        base = demo.address(r"dashboard at (http://127\.0\.0\.1:\d+)/")
+        demo.address(r"(demo finished)")
+        names = list(
+            _ids(httpx.get(f"{base}/api/queues", timeout=DEADLINE_SECONDS).json(), ("name",))
+        )
+        shown = fetch_everything(base, names[0] if names else QUEUE)
+    finally:
+        printed = demo.stop()
+
+    assert_clean(printed, "the demo")
+    for what, status, text in shown:
+        assert_clean(text, what)
+        assert status < 500, (what, status, text)
+    assert "***" in next(text for what, _, text in shown if what == "GET /")
