@@ -197,11 +197,12 @@ def import_backend(url: str) -> None:
     (`taskrunner.redaction.register_secret_options`) are known before anything showing
     the URL is printed: the command line calls it before it masks any output, also in
     commands that never open the URL (``taskrunner config``). Does nothing when the
-    URL names no backend or its module cannot be imported: opening the URL reports that.
+    URL names no backend or its module cannot be imported: opening the URL reports that
+    (a module that failed to import runs again when imported again, and fails again).
     """
     try:
         _backend_module(check_url(url))
-    except ConfigurationError:
+    except Exception:  # whatever it is, opening the URL raises it again
         return
 
 

@@ -226,7 +226,8 @@ def postgres_target(server_url: str, schema: str) -> Target:
 
 @pytest.fixture
 def vault_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The installed backends plus ``vault``, as pip would add its entry point.
+    """The installed backends plus ``vault`` and ``broken`` (whose module raises
+    RuntimeError when imported: tests/cli/broken_backend.py), as pip would add them.
 
     As in a fresh process, its module is not imported yet (nor its option declared),
     whatever earlier tests of this process did: the core must import it in time.
@@ -235,10 +236,13 @@ def vault_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redaction, "_REGISTERED", redaction._REGISTERED - {VAULT_OPTION})
     group = backends.ENTRY_POINT_GROUP
     installed = list(installed_entry_points(group=group))
-    vault = EntryPoint("vault", "tests.cli.vault_backend:open_from_url", group)
+    added = [
+        EntryPoint("vault", "tests.cli.vault_backend:open_from_url", group),
+        EntryPoint("broken", "tests.cli.broken_backend:open_from_url", group),
+    ]
 
     def entry_points(**selection: Any) -> EntryPoints:
-        return EntryPoints([*installed, vault]).select(**selection)
+        return EntryPoints([*installed, *added]).select(**selection)
 
     monkeypatch.setattr(backends, "entry_points", entry_points)
 

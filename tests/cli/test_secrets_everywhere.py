@@ -430,3 +430,18 @@ def test_a_url_from_the_environment_or_a_config_file_stays_hidden(
         if target.live(form):
             assert result.code == 0, (argv, result.err)
             assert "***" in result.out
+
+
+@pytest.mark.usefixtures("vault_scheme")
+def test_a_backend_that_cannot_be_imported_shows_no_secret(run: Cli) -> None:
+    url = "broken://user:S3CR%2FET9X@host/?token=S3CR%26ET9X"
+
+    shown = run("config", "--url", url)
+    opened = run("inspect", "--url", url)
+
+    # config never opens the URL; inspect does, and reports the bug with its traceback.
+    assert shown.code == 0, shown.err
+    assert opened.code == 1
+    assert "RuntimeError: the broken backend cannot be imported" in opened.err
+    for result in (shown, opened):
+        assert_clean(result.out + result.err, url)
