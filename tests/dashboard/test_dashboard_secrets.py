@@ -123,14 +123,20 @@ def _ids(document: Any, keys: tuple[str, ...]) -> Iterator[str]:
 class Dashboard_process:  # noqa: N801 - reads as what it is
     """``taskrunner dashboard`` in a process of its own; its output read by a thread."""
 
-    def __init__(self, url: str, argv: tuple[str, ...] = ("dashboard", "--app", APP)) -> None:
+    def __init__(
+        self,
+        url: str,
+        argv: tuple[str, ...] = ("dashboard", "--app", APP),
+        *,
+        path: tuple[str, ...] = (),
+    ) -> None:
         argv = (*argv, "--port", "0", "--url", url, "--log-level", "debug")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "taskrunner", *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            env={**os.environ, "PYTHONPATH": os.pathsep.join((*path, *sys.path))},
             cwd=ROOT,
         )
         self.output: list[str] = []
@@ -296,3 +302,34 @@ def test_the_demo_dashboard_hides_the_secret(secret_redis: Any) -> None:  # noqa
         assert_clean(text, what)
         assert status < 500, (what, status, text)
     assert "***" in next(text for what, _, text in shown if what == "GET /")
+
+
+@pytest.fixture
+def vault_installed(tmp_path: Path) -> str:
+    """A directory that, on the import path, installs the vault:// backend's entry
+    point (tests/cli/vault_backend.py) as pip would: a distribution's metadata."""
+    info = tmp_path / "taskrunner_vault_test-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: taskrunner-vault-test\nVersion: 1.0\n"
+    )
+    (info / "entry_points.txt").write_text(
+        "[taskrunner.backends]\nvault = tests.cli.vault_backend:open_from_url\n"
+    )
+    return str(tmp_path)
+
+
+def test_a_bug_behind_a_page_is_logged_without_the_secret(vault_installed: str) -> None:
+    # The backend raises an unforeseen exception quoting its URL and key: the server
+    # answers 500 and logs the traceback, which must be masked like every log line.
+    url = "vault://user:S3CR%2FET9X@crash?vault_key=S3CR%26ET9X%2Fb64%3D%3D"
+    board = Dashboard_process(url, ("dashboard", "--queue", QUEUE), path=(vault_installed,))
+    try:
+        base = board.address()
+        response = httpx.get(f"{base}/", timeout=DEADLINE_SECONDS)
+    finally:
+        printed = board.stop()
+
+    assert response.status_code == 500
+    assert "RuntimeError: vault client bug while opening vault://user:***@crash" in printed
+    assert_clean(printed + str(response.headers) + response.text, "the dashboard process")
