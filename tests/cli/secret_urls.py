@@ -254,7 +254,7 @@ def every_password() -> Iterator[str]:
         yield unquote(password)
 
 
-def _grant(client: Any, user: str, *passwords: str) -> None:
+def grant(client: Any, user: str, *passwords: str) -> None:
     """Let `user` in with any of `passwords` (none: with any password), for everything."""
     rules = [f">{p}" for p in passwords] or ["nopass"]
     client.execute_command("ACL", "SETUSER", user, "on", "resetpass", *rules, "~*", "&*", "+@all")
@@ -277,9 +277,9 @@ def secret_redis() -> Iterator[Any]:
     try:
         client = redis.Redis(host="127.0.0.1", port=server.port)
         try:
-            _grant(client, REDIS_USER)
+            grant(client, REDIS_USER)
             # Last: from here on, this client's connection is the only one let in unasked.
-            _grant(client, "default", *dict.fromkeys(every_password()))
+            grant(client, "default", *dict.fromkeys(every_password()))
         finally:
             client.close()
         yield server
@@ -315,7 +315,7 @@ def secret_cluster() -> Iterator[str]:
             finally:
                 client.close()
 
-    each_node(lambda client: _grant(client, REDIS_USER))
+    each_node(lambda client: grant(client, REDIS_USER))
     try:
         yield nodes
     finally:

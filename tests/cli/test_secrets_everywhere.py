@@ -20,7 +20,9 @@ What runs for which forms, to keep the run short:
   JSON logs included (`test_every_command_hides_the_secret`);
 * the worker as a process of its own, with its ``/metrics`` page: text logs, and JSON
   logs of a supervisor and its two children reading the URL from the environment
-  (`test_a_worker_process_and_its_metrics_hide_the_secret`);
+  (`test_a_worker_process_and_its_metrics_hide_the_secret`), and the lines of a
+  worker whose server went away (`test_the_lines_of_a_worker_whose_server_went_away...`);
+* tracebacks of unforeseen exceptions, and a backend that cannot be imported;
 * the URL given by TASKRUNNER_URL or a config file, for the representative forms
   (`test_a_url_from_the_environment_or_a_config_file_stays_hidden`);
 * the dashboard command's start-up line, pages and API: tests/dashboard/test_dashboard_secrets.py.
@@ -51,11 +53,13 @@ from tests.cli.apps import QUEUE
 from tests.cli.conftest import Cli, Result
 from tests.cli.secret_urls import (
     FORMS,
+    REDIS_USER,
     VAULT_OPTION,
     Form,
     Target,
     assert_clean,
     cluster_target,
+    grant,
     memory_target,
     postgres_target,
     redis_target,
@@ -445,3 +449,41 @@ def test_a_backend_that_cannot_be_imported_shows_no_secret(run: Cli) -> None:
     assert "RuntimeError: the broken backend cannot be imported" in opened.err
     for result in (shown, opened):
         assert_clean(result.out + result.err, url)
+
+
+@pytest.mark.redis
+def test_the_lines_of_a_worker_whose_server_went_away_hide_the_secret(tmp_path: Path) -> None:
+    import redis
+
+    from tests.redis_fixtures import _server_kind
+    from tests.servers import RedisServer, find_server_binary
+
+    server = RedisServer(find_server_binary(_server_kind()))
+    server.start()
+    try:
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        grant(client, REDIS_USER)
+        client.close()
+        form = next(f for f in FORMS if f.id == "user-all-of-them")
+        url = redis_target(server.port, "trsec-away").url(form)
+        argv = ["worker", APP, "--url", url, "--block-seconds", "0.1", "--log-level", "debug"]
+        err = tmp_path / "err.txt"
+        with err.open("w") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "taskrunner", *argv],
+                stdout=stderr,
+                stderr=stderr,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                cwd=tmp_path,
+                text=True,
+            )
+        try:
+            _wait_for(err, lambda text: "" if "worker for" in text else None, process)
+            server.stop(kill=True)
+            _wait_for(err, lambda text: "" if "receive failed" in text else None, process)
+        finally:
+            _stop(process)
+    finally:
+        server.cleanup()
+
+    assert_clean(err.read_text(), "the worker whose server went away")
