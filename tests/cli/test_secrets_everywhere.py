@@ -487,3 +487,15 @@ def test_the_lines_of_a_worker_whose_server_went_away_hide_the_secret(tmp_path: 
         server.cleanup()
 
     assert_clean(err.read_text(), "the worker whose server went away")
+
+
+@pytest.mark.usefixtures("vault_scheme")
+def test_a_misplaced_url_of_a_third_party_backend_is_masked_in_the_usage_error(
+    run: Cli,
+) -> None:
+    # Refused before any setting is read: the backend is imported for the word itself.
+    result = run("demo", "vault://store?vault_key=S3CR%2FET9X")
+
+    assert result.code == 2
+    assert "vault_key=***" in result.err
+    assert_clean(result.err, "the usage error")
