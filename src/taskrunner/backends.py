@@ -38,6 +38,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "check_url",
     "connect",
+    "import_backend",
     "known_schemes",
     "migrate",
     "OutboxRelay",
@@ -191,6 +192,22 @@ def _backend_module(scheme: str) -> Any:
         raise ConfigurationError(
             f"backend for {scheme}:// ({module_name}) cannot be imported: {exc}", setting="url"
         ) from exc
+
+
+def import_backend(url: str) -> None:
+    """Import the module of the backend `url` names, without opening anything.
+
+    So that the secret options the backend declares when imported
+    (`taskrunner.redaction.register_secret_options`) are known before anything showing
+    the URL is printed: the command line calls it before it masks any output, also in
+    commands that never open the URL (``taskrunner config``). Does nothing when the
+    URL names no backend or its module cannot be imported: opening the URL reports that
+    (a module that failed to import runs again when imported again, and fails again).
+    """
+    try:
+        _backend_module(check_url(url))
+    except Exception:  # whatever it is, opening the URL raises it again
+        return
 
 
 async def migrate(url: str) -> list[str]:

@@ -144,6 +144,9 @@ def _suspect_port(rest: str) -> tuple[str, str, str] | None:
 def url_secrets(url: str) -> tuple[str, ...]:
     """The password and secret option values of `url` as written, decoded and encoded.
 
+    A secret option value with an unencoded ``&`` in it is also given in the pieces a
+    query parser cuts it into.
+
     For masking text that may show them outside a URL (a library echoing part of a
     malformed one); they are the parts `mask_url` masks. Forms shorter than
     `MIN_SECRET_CHARS` are left out: replacing every ``ab`` in a log would hide more
@@ -151,7 +154,10 @@ def url_secrets(url: str) -> tuple[str, ...]:
     """
     _, sep, rest = url.partition("://")
     rest = rest if sep else url
-    secrets = [rest[start:end] for start, end in _secret_values(rest)]
+    values = [rest[start:end] for start, end in _secret_values(rest)]
+    # A value holding an unencoded "&" is cut there by every query parser, which may
+    # then echo the pieces as option names ("unknown option(s) ET9X"): each is secret.
+    secrets = values + [piece for value in values for piece in value.split("&")]
     masked = _mask_query(rest)
     userinfo, at, _ = masked.rpartition("@")
     if at:

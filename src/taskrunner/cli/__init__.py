@@ -44,7 +44,8 @@ Exit codes:
 * 141 - the reader of the output went away (``taskrunner config | head -1``): the
   command stops quietly, as tools killed by SIGPIPE do (128 + 13).
 
-Errors the user can fix print one line, without a traceback. A ``worker`` whose
+Errors the user can fix print one line, without a traceback. Anything else (a bug)
+prints its traceback, URL secrets masked as everywhere, and exits 1. A ``worker`` whose
 backend goes away *after* start does not exit: it logs, backs off and resumes, so
 a supervisor does not restart-loop it.
 
@@ -63,10 +64,12 @@ import logging
 import os
 import re
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from taskrunner import __version__
+from taskrunner.backends import import_backend
 from taskrunner.cli import (
     config,
     dashboard,
@@ -207,6 +210,13 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         _error("taskrunner: interrupted", secrets)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # the reader went away: `main` ends quietly
+    except Exception:
+        # A bug (ours, a backend's, a library's): its traceback is what a report needs,
+        # but its messages may quote the URL. Exit 1, as Python's own handler would.
+        _error(f"taskrunner: unexpected error\n{traceback.format_exc().rstrip()}", secrets)
+        return EXIT_BACKEND
     finally:
         # In-process callers (tests) must not keep a handler on a stream they closed.
         if handler is not None:
@@ -236,6 +246,10 @@ def _url_words(words: Sequence[str]) -> list[str]:
 def _secrets(texts: Sequence[str], known: Sequence[str] = ()) -> tuple[str, ...]:
     found = dict.fromkeys(known)
     for text in texts:
+        # A backend declares its secret options when imported: before they are looked for
+        # (in `url_secrets` now, by every later `mask_secrets`), even by a command that
+        # never opens the URL.
+        import_backend(text)
         found.update(dict.fromkeys(url_secrets(text)))
     return tuple(sorted(found, key=len, reverse=True))
 

@@ -75,6 +75,9 @@ class Server:
             log_level="warning",
             lifespan="on",
             access_log=False,
+            # No handlers of uvicorn's own: its records (a failing request's traceback,
+            # which may quote the backend URL) reach the caller's, which mask secrets.
+            log_config=None,
         )
         self._server = _QuietServer(config)
 

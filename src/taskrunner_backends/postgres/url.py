@@ -118,7 +118,8 @@ def parse_url(url: str) -> PostgresUrl:
     """Split `url` into libpq's connection string and this backend's options.
 
     Raises:
-        ConfigurationError: Not a postgresql:// or postgres:// URL, an unknown option,
+        ConfigurationError: Not a postgresql:// or postgres:// URL, an unencoded ``@``
+            (or ``/`` before one) in the user information, an unknown option,
             an option given twice, or a bad value (each named in the message, the
             password masked).
     """
@@ -132,6 +133,15 @@ def parse_url(url: str) -> PostgresUrl:
         raise _bad(url, f"cannot be parsed ({mask_secrets(str(exc), url_secrets(url))})") from None
     if parts.scheme.lower() not in _SCHEMES:
         raise _bad(url, "the scheme must be postgresql:// or postgres://")
+    if parts.netloc.count("@") > 1 or "@" in parts.path:
+        # libpq ends the user information at the *first* "@" (urllib at the last): the
+        # rest of the password would be taken for the host, and echoed in its errors.
+        raise _bad(
+            url,
+            "has an '@' after its user information: the characters /, ?, # and @ in a "
+            "user name or password must be percent-encoded (%2F, %3F, %23, %40), e.g. "
+            "with urllib.parse.quote(password, safe='')",
+        )
     ours: dict[str, str] = {}
     # libpq's options keep their spelling as written: libpq percent-decodes URL query
     # values itself and reads "+" as "+", so decoding and re-encoding them here (as
