@@ -239,7 +239,10 @@ SCRIPT: list[tuple[tuple[str, ...], list[str]]] = [
 ]
 
 #: Commands run elsewhere, where they can be: they serve until a signal.
-ELSEWHERE = {("dashboard",): "tests/dashboard/test_dashboard_secrets.py"}
+ELSEWHERE = {
+    ("dashboard",): "tests/dashboard/test_dashboard_secrets.py",
+    ("relay",): "tests/postgres/test_outbox_cli.py",
+}
 
 
 def test_every_command_has_a_case() -> None:

@@ -159,3 +159,61 @@ async def test_the_relay_command_without_an_outbox_url_is_a_usage_error(tmp_path
     async with command(["relay", "q"], env={}, log=log) as relay:
         assert await asyncio.wait_for(relay.wait(), DEADLINE) == 2
     assert "--outbox-url" in text_of(log)
+
+
+# The secret in both URLs, in the forms libpq accepts with trust authentication (any
+# password): the log lines that name the URLs must mask them.
+_SECRET_HALVES = ("S3CR", "ET9X")
+
+
+def _with_secret(url: str, form: str) -> str:
+    scheme, rest = url.split("://", 1)
+    if form == "userinfo":
+        user, _, host = rest.partition("@")
+        return f"{scheme}://{user}:S3CR%2FET9X@{host}"
+    return f"{url}{'&' if '?' in url else '?'}password=S3CR-ET9X"
+
+
+@pytest.mark.parametrize("form", ["userinfo", "option-password"])
+async def test_relay_and_worker_logs_and_config_never_show_the_outbox_urls_secret(
+    redis_url: str, redis_namespace: str, pg: str, schema: str, tmp_path: Path, form: str
+) -> None:
+    outbox_url = _with_secret(f"{pg}?schema={schema}", form)
+    queue_url = f"{redis_url}?namespace={redis_namespace}"
+    env = {EVENTS_URL_ENV: pg, EVENTS_SCHEMA_ENV: schema}
+    runs_of = {
+        "relay": ["relay", app.queue, "--url", queue_url, "--outbox-url", outbox_url],
+        "worker": ["worker", "tests.postgres.proc_app:app", "--url", queue_url,
+                   "--outbox-url", outbox_url, "--log-level", "debug"],
+    }  # fmt: skip
+    for name, argv in runs_of.items():
+        log = tmp_path / f"{name}.log"
+        async with command(argv, env=env, log=log) as process:
+
+            async def started(log: Path = log) -> bool:
+                return "relaying the outbox at" in text_of(log)
+
+            await until(started, f"{name} never said it relays", log)
+            before = len(runs(pg, schema))
+            await dispatch_in_transaction(queue_url, pg, schema, 1)
+
+            async def relayed(name: str = name, before: int = before) -> bool:
+                if name == "worker":
+                    return len(runs(pg, schema)) > before
+                async with open_queue(queue_url, app.queue) as queue:
+                    return (await queue.stats()).ready > 0
+
+            await until(relayed, f"{name} never relayed the row", log)
+            assert await terminate(process, log) == 0
+        text = text_of(log)
+        for half in _SECRET_HALVES:
+            assert half not in text, f"{name}: {text}"
+    log = tmp_path / "config.log"
+    async with command(
+        ["config", "--json"], env={"TASKRUNNER_OUTBOX_URL": outbox_url}, log=log
+    ) as process:
+        assert await asyncio.wait_for(process.wait(), DEADLINE) == 0
+    text = text_of(log)
+    assert "outbox_url" in text
+    for half in _SECRET_HALVES:
+        assert half not in text, text
