@@ -632,8 +632,8 @@ moves and mutmut's renumbering; each unexplained survivor below shows the entry 
 """
 
 
-def render(results: Sequence[Classified]) -> str:
-    """The whole markdown report."""
+def render(results: Sequence[Classified], *, suite_version: str = "") -> str:
+    """The whole markdown report; `suite_version` is the conformance suite's it measures."""
     out = [
         "# Mutation testing of the conformance suite",
         "",
@@ -641,6 +641,16 @@ def render(results: Sequence[Classified]) -> str:
         "survivor in tests/mutation/equivalent.toml, or kill it with a suite test, and",
         "run the session again.",
         "",
+        *(
+            [
+                f"Measured at conformance suite {suite_version} (the score the suite's "
+                "report prints is the same run's, in",
+                "conformance/taskrunner_conformance/mutation_score.json).",
+                "",
+            ]
+            if suite_version
+            else []
+        ),
         _LEGEND,
         "## Summary",
         "",

@@ -221,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not results:
         say("mutation: no results yet; run without --no-run first")
         return 2
-    REPORT.write_text(render(results), encoding="utf-8")
+    REPORT.write_text(render(results, suite_version=SUITE_VERSION), encoding="utf-8")
     document = score(results, suite_version=SUITE_VERSION)
     SCORE.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     say(f"mutation: report written to {REPORT.relative_to(ROOT)} and {SCORE.relative_to(ROOT)}")

@@ -173,6 +173,7 @@ def test_report_of_several_files_names_each_mutant_s_file_and_its_stub_the_file(
     stub = annotation_stub("memory", verdict, file="src/pkg/url.py")
 
     assert "| memory (src/pkg/, 2 files) |" in text
+    assert "Measured at conformance suite 9.9 " in render([result], suite_version="9.9")
     assert "Mutated files: queue.py, url.py." in text
     assert "**Queue.release**, url.py line 42: SURVIVED (not explained)" in text
     assert stub in text
