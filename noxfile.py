@@ -73,7 +73,7 @@ def mutation(session: nox.Session) -> None:
     and runs the suite on each mutant (tests/mutation/run.py; arguments after -- go
     there: --target, --jobs, --report-only, --no-run). Fails when a survivor is not
     explained in tests/mutation/equivalent.toml. Not a default session: 20 to 30 minutes
-    on 2 cores (the memory package, 1,183 mutants, 8 min; the SQLite example, on real
+    on 2 cores (the memory package, 1,183 mutants, 8-10 min; the SQLite example, on real
     time, 13 min alone and 21 min with the memory run beside it).
     """
     install(session, "mutation", extras="[conformance]")
