@@ -134,9 +134,14 @@ def read_mutants(work: Path, mutated: str) -> list[Mutant]:
     Diffs and locations are read only for mutants no test detected: the report
     shows nothing else of killed ones.
     """
-    meta = json.loads((work / "mutants" / f"{mutated}.meta").read_text(encoding="utf-8"))
     source = (work / mutated).read_text(encoding="utf-8")
     ends = _end_lines(source)
+    meta_path = work / "mutants" / f"{mutated}.meta"
+    if not ends and not meta_path.exists():
+        # A module without functions (a package's __init__ of imports) has no mutants,
+        # and mutmut may write no results for it.
+        return []
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
     lines = source.splitlines()
     entries = sorted(meta["exit_code_by_key"].items(), key=lambda item: _function_of(item[0])[1])
     order = {function: index for index, function in enumerate(ends)}
@@ -148,12 +153,13 @@ def read_mutants(work: Path, mutated: str) -> list[Mutant]:
             raw = status_by_exit_code[exit_code]
             status = _STATUS.get(raw, "suspicious")
             if status in ("killed", "crashed"):
-                mutants.append(Mutant(name=name, function=function, status=status))
+                mutants.append(Mutant(name=name, file=mutated, function=function, status=status))
                 continue
             line, before, after, diff = _change(name, mutated, lines, ends[function])
             mutants.append(
                 Mutant(
                     name=name,
+                    file=mutated,
                     function=function,
                     status=status,
                     line=line,

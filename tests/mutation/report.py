@@ -7,7 +7,8 @@ tests/mutation/equivalent.toml matches it:
 ``[[mutant]]``
     One mutant, keyed by target, function, and the changed lines before and after
     (stripped), plus ``occurrence`` when the same change appears more than once in the
-    function. The key survives line moves and mutmut's renumbering. ``kind`` is
+    function, and ``file`` (the module, relative to the repository root) when the
+    target mutates more than one. The key survives line moves and mutmut's renumbering. ``kind`` is
     ``equivalent`` (no difference a caller of the Queue API can observe) or
     ``unspecified`` (observable, but the contract allows both behaviours); any other
     kind is ``gap``: a known missing suite check, still reported as not explained but
@@ -18,12 +19,14 @@ tests/mutation/equivalent.toml matches it:
 ``[[function]]``
     A function the suite never reaches because it is not part of the Queue contract
     (URL parsing, test conveniences); explains only that function's unreached mutants.
+    ``file`` as for ``[[mutant]]``.
 
 Anything else that was not killed is "SURVIVED (not explained)", and the session fails.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import tomllib
 from collections import Counter, defaultdict
@@ -56,6 +59,7 @@ class Mutant:
 
     Attributes:
         name: mutmut's name for it (changes when the function changes).
+        file: The mutated file it is in, relative to the repository root.
         function: ``Class.method`` or ``function``.
         status: ``killed``, ``timeout``, ``crashed``, ``survived``, ``not reached`` (no
             test calls the function), ``not run`` or ``suspicious``.
@@ -68,6 +72,7 @@ class Mutant:
     name: str
     function: str
     status: str
+    file: str = ""
     line: int = 0
     before: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
@@ -83,6 +88,7 @@ class Mutant:
         """The inverse of `to_json`."""
         return cls(
             name=str(data["name"]),
+            file=str(data.get("file", "")),
             function=str(data["function"]),
             status=str(data["status"]),
             line=int(data.get("line", 0)),
@@ -95,6 +101,7 @@ class Mutant:
         """A JSON-ready dict."""
         return {
             "name": self.name,
+            "file": self.file,
             "function": self.function,
             "status": self.status,
             "line": self.line,
@@ -110,7 +117,7 @@ class TargetRun:
 
     Attributes:
         target: The target's name.
-        mutated: The mutated file.
+        mutated: The mutated files, in the order of `mutants`.
         command: The test command, as described in the report.
         mutants: Every mutant, in mutmut's order.
         seconds: Wall-clock time of the mutmut run.
@@ -120,7 +127,7 @@ class TargetRun:
     """
 
     target: str
-    mutated: str
+    mutated: tuple[str, ...]
     command: str
     mutants: tuple[Mutant, ...]
     seconds: float
@@ -144,6 +151,7 @@ class MutantNote:
     kind: str
     reason: str
     sentence: str = ""
+    file: str = ""  # "" when the target mutates one file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +171,7 @@ class FunctionNote:
     target: str
     function: str
     reason: str
+    file: str = ""  # "" when the target mutates one file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +199,13 @@ def _text(entry: Mapping[str, Any], key: str, where: str) -> str:
     return value.strip()
 
 
+def _file(entry: Mapping[str, Any], where: str) -> str:
+    """The optional ``file`` of an entry ("" when absent)."""
+    if "file" not in entry:
+        return ""
+    return _text(entry, "file", where)
+
+
 def load_annotations(path: Path) -> Annotations:
     """Read and check the annotations file.
 
@@ -203,9 +219,9 @@ def load_annotations(path: Path) -> Annotations:
         raise ValueError(f"{path}: unknown tables {sorted(unknown_tables)}")
     allowed = {
         "mutant": {"target", "function", "before", "after", "occurrence", "kind", "reason"}
-        | {"sentence"},
+        | {"sentence", "file"},
         "rule": {"target", "rule", "kind", "reason"},
-        "function": {"target", "function", "reason"},
+        "function": {"target", "function", "reason", "file"},
     }
     for table, entries in data.items():
         for index, entry in enumerate(entries):
@@ -234,6 +250,7 @@ def load_annotations(path: Path) -> Annotations:
                 kind=kind,
                 reason=_text(entry, "reason", where),
                 sentence=str(entry.get("sentence", "")).strip(),
+                file=_file(entry, where),
             )
         )
     rules = []
@@ -253,14 +270,17 @@ def load_annotations(path: Path) -> Annotations:
                 reason=_text(entry, "reason", where),
             )
         )
-    functions = [
-        FunctionNote(
-            target=_text(entry, "target", f"{path}: [[function]] #{index + 1}"),
-            function=_text(entry, "function", f"{path}: [[function]] #{index + 1}"),
-            reason=_text(entry, "reason", f"{path}: [[function]] #{index + 1}"),
+    functions = []
+    for index, entry in enumerate(data.get("function", [])):
+        where = f"{path}: [[function]] #{index + 1}"
+        functions.append(
+            FunctionNote(
+                target=_text(entry, "target", where),
+                function=_text(entry, "function", where),
+                reason=_text(entry, "reason", where),
+                file=_file(entry, where),
+            )
         )
-        for index, entry in enumerate(data.get("function", []))
-    ]
     return Annotations(mutants=tuple(mutants), rules=tuple(rules), functions=tuple(functions))
 
 
@@ -310,15 +330,19 @@ def exception_message(before: Sequence[str], after: Sequence[str]) -> bool:
 
 
 _CHECK_CALL = re.compile(
-    r'^(?P<call>_check_(seconds|count))\((?P<label>"[^"]*"|None), (?P<rest>.*)$'
+    r"^(?P<head>(?:[\w.]+ = |return )?)"
+    r"(?P<call>_?check_(?:seconds|count|instant|text|names))"
+    r'\((?P<label>"[^"]*"|None), (?P<rest>.*)$'
 )
 
 
 def check_label(before: Sequence[str], after: Sequence[str]) -> bool:
     """Only the label of an argument check changed: the name its error message shows.
 
-    ``_check_seconds("wait_seconds", value)`` and ``_check_count(...)`` use their first
-    argument only to word the exception; the check itself is the same.
+    ``check_seconds("wait_seconds", value)``, ``check_count``, ``check_instant``,
+    ``check_text`` and ``check_names`` (src/taskrunner_backends/checks.py; the SQLite
+    example's ``_check_seconds`` and ``_check_count`` alike) use their first argument
+    only to word the exception; the check itself is the same.
     """
     if len(before) != 1 or len(after) != 1:
         return False
@@ -326,6 +350,7 @@ def check_label(before: Sequence[str], after: Sequence[str]) -> bool:
     return (
         old is not None
         and new is not None
+        and old["head"] == new["head"]
         and old["call"] == new["call"]
         and old["rest"] == new["rest"]
         and old["label"] != new["label"]
@@ -377,37 +402,86 @@ class Classified:
         return sum(v.kind == kind for v in self.verdicts)
 
 
-def _occurrences(mutants: Iterable[Mutant]) -> dict[str, int]:
+def _occurrences(mutants: Iterable[Mutant], run: TargetRun) -> dict[str, int]:
     """Number each mutant among those of its function making the same change."""
-    seen: Counter[tuple[str, tuple[str, ...], tuple[str, ...]]] = Counter()
+    seen: Counter[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = Counter()
     numbers = {}
     for mutant in mutants:
-        key = (mutant.function, mutant.before, mutant.after)
+        key = (file_of(mutant, run), mutant.function, mutant.before, mutant.after)
         seen[key] += 1
         numbers[mutant.name] = seen[key]
     return numbers
 
 
+def file_of(mutant: Mutant, run: TargetRun) -> str:
+    """The file `mutant` is in (results of a one-file run may not name it)."""
+    return mutant.file or run.mutated[0]
+
+
+def _note_file(note: MutantNote | FunctionNote, run: TargetRun) -> str:
+    """The mutated file `note` is about.
+
+    Raises:
+        ValueError: The note names no file and the target mutates several, or names
+            one the target does not mutate (a typo would otherwise match nothing).
+    """
+    where = f"[[{'mutant' if isinstance(note, MutantNote) else 'function'}]] {note.function}"
+    if not note.file:
+        if len(run.mutated) > 1:
+            raise ValueError(
+                f"{where}: target {run.target} mutates {len(run.mutated)} files; "
+                "name the one it is about with file = ..."
+            )
+        return run.mutated[0]
+    if note.file not in run.mutated:
+        raise ValueError(
+            f"{where}: file {note.file!r} is not mutated by target {run.target} "
+            f"({', '.join(run.mutated)})"
+        )
+    return note.file
+
+
+def _label(file: str, function: str, run: TargetRun) -> str:
+    """`function`, preceded by its file when the target mutates several."""
+    return f"{short_file(file, run)} {function}" if len(run.mutated) > 1 else function
+
+
+def short_file(file: str, run: TargetRun) -> str:
+    """`file` relative to the directory of all the target's files (the package)."""
+    if len(run.mutated) == 1:
+        return file
+    common = posixpath.commonpath(run.mutated)
+    return posixpath.relpath(file, common)
+
+
 def classify(run: TargetRun, annotations: Annotations) -> Classified:
-    """Match the target's undetected mutants against the annotations."""
-    occurrence = _occurrences(run.mutants)
+    """Match the target's undetected mutants against the annotations.
+
+    Raises:
+        ValueError: An annotation of the target names no file or a wrong one
+            (`_note_file`).
+    """
+    occurrence = _occurrences(run.mutants, run)
     notes = {
-        (n.function, n.before, n.after, n.occurrence): n
+        (_note_file(n, run), n.function, n.before, n.after, n.occurrence): n
         for n in annotations.mutants
         if n.target == run.target
     }
     rules = [r for r in annotations.rules if r.target == run.target]
-    outside = {f.function: f for f in annotations.functions if f.target == run.target}
+    outside = {
+        (_note_file(f, run), f.function): f for f in annotations.functions if f.target == run.target
+    }
     used: set[object] = set()
     verdicts = []
     for mutant in run.mutants:
         if mutant.detected:
             continue
         number = occurrence[mutant.name]
+        file = file_of(mutant, run)
         verdict = Verdict(mutant=mutant, occurrence=number)
-        note = notes.get((mutant.function, mutant.before, mutant.after, number))
+        note = notes.get((file, mutant.function, mutant.before, mutant.after, number))
         rule = next((r for r in rules if RULES[r.rule](mutant.before, mutant.after)), None)
-        function = outside.get(mutant.function)
+        function = outside.get((file, mutant.function))
         if mutant.status == "not reached" and function is not None:
             verdict = Verdict(
                 mutant=mutant, occurrence=number, kind="outside", reason=function.reason
@@ -426,12 +500,17 @@ def classify(run: TargetRun, annotations: Annotations) -> Classified:
             used.add(note)
         verdicts.append(verdict)
     stale = [
-        f"[[mutant]] {n.function}: {' / '.join(n.before)} => {' / '.join(n.after)}"
-        for n in annotations.mutants
-        if n.target == run.target and n not in used
+        f"[[mutant]] {_label(file, n.function, run)}: "
+        f"{' / '.join(n.before)} => {' / '.join(n.after)}"
+        for (file, *_), n in notes.items()
+        if n not in used
     ]
     stale += [f"[[rule]] {r.rule}" for r in rules if r not in used]
-    stale += [f"[[function]] {f.function}" for f in outside.values() if f not in used]
+    stale += [
+        f"[[function]] {_label(file, f.function, run)}"
+        for (file, _), f in outside.items()
+        if f not in used
+    ]
     return Classified(
         run=run,
         detected=tuple(m for m in run.mutants if m.detected),
@@ -454,7 +533,7 @@ def score(results: Sequence[Classified], *, suite_version: str) -> dict[str, Any
         excluded = sum(c.count_kind(kind) for kind in ("equivalent", "unspecified", "outside"))
         killed = c.count("killed") + c.count("timeout")
         targets[c.run.target] = {
-            "mutated": c.run.mutated,
+            "mutated": list(c.run.mutated),
             "mutants": len(c.run.mutants),
             "scored": len(c.run.mutants) - excluded,
             "killed": killed,
@@ -486,8 +565,11 @@ def _toml_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def annotation_stub(target: str, verdict: Verdict) -> str:
-    """A ``[[mutant]]`` entry to paste into the annotations file for `verdict`."""
+def annotation_stub(target: str, verdict: Verdict, *, file: str = "") -> str:
+    """A ``[[mutant]]`` entry to paste into the annotations file for `verdict`.
+
+    `file` is the mutant's file, given when the target mutates several.
+    """
     mutant = verdict.mutant
 
     def lines(values: tuple[str, ...]) -> str:
@@ -498,6 +580,7 @@ def annotation_stub(target: str, verdict: Verdict) -> str:
     entry = [
         "[[mutant]]",
         f'target = "{target}"',
+        *([f'file = "{file}"'] if file else []),
         f'function = "{mutant.function}"',
         f"before = {lines(mutant.before)}",
         f"after = {lines(mutant.after)}",
@@ -506,6 +589,20 @@ def annotation_stub(target: str, verdict: Verdict) -> str:
         entry.append(f"occurrence = {verdict.occurrence}")
     entry += ['kind = "equivalent"', 'reason = ""']
     return "\n".join(entry)
+
+
+def _files(run: TargetRun) -> str:
+    """The target's files: the one, or their directory and how many."""
+    if len(run.mutated) == 1:
+        return run.mutated[0]
+    return f"{posixpath.commonpath(run.mutated)}/, {len(run.mutated)} files"
+
+
+def _at(mutant: Mutant, run: TargetRun) -> str:
+    """Where `mutant` is: its line, and its file when the target mutates several."""
+    if len(run.mutated) == 1:
+        return f"line {mutant.line}"
+    return f"{short_file(file_of(mutant, run), run)} line {mutant.line}"
 
 
 def _minutes(seconds: float) -> str:
@@ -535,8 +632,8 @@ moves and mutmut's renumbering; each unexplained survivor below shows the entry 
 """
 
 
-def render(results: Sequence[Classified]) -> str:
-    """The whole markdown report."""
+def render(results: Sequence[Classified], *, suite_version: str = "") -> str:
+    """The whole markdown report; `suite_version` is the conformance suite's it measures."""
     out = [
         "# Mutation testing of the conformance suite",
         "",
@@ -544,6 +641,16 @@ def render(results: Sequence[Classified]) -> str:
         "survivor in tests/mutation/equivalent.toml, or kill it with a suite test, and",
         "run the session again.",
         "",
+        *(
+            [
+                f"Measured at conformance suite {suite_version} (the score the suite's "
+                "report prints is the same run's, in",
+                "conformance/taskrunner_conformance/mutation_score.json).",
+                "",
+            ]
+            if suite_version
+            else []
+        ),
         _LEGEND,
         "## Summary",
         "",
@@ -554,7 +661,7 @@ def render(results: Sequence[Classified]) -> str:
     for c in results:
         run = c.run
         out.append(
-            f"| {run.target} ({run.mutated}) | {len(run.mutants)} | {c.count('killed')} "
+            f"| {run.target} ({_files(run)}) | {len(run.mutants)} | {c.count('killed')} "
             f"| {c.count('timeout')} | {c.count_kind('equivalent')} "
             f"| {c.count_kind('unspecified')} | {c.count_kind('outside')} "
             f"| **{len(c.unexplained)}** | {_minutes(run.seconds)} ({run.jobs} jobs) |"
@@ -575,8 +682,13 @@ def _target_section(c: Classified) -> list[str]:
         m.status for m in run.mutants if m.status not in ("killed", "timeout", "survived")
     )
     out = [
-        f"## {run.target}: {run.mutated}",
+        f"## {run.target}: {_files(run)}",
         "",
+        *(
+            [f"Mutated files: {', '.join(short_file(f, run) for f in run.mutated)}.", ""]
+            if len(run.mutated) > 1
+            else []
+        ),
         f"Test command: {run.command}.",
         f"{run.tool}; {len(run.mutants)} mutants in {_minutes(run.seconds)} with "
         f"{run.jobs} parallel jobs (finished {run.finished_at}).",
@@ -606,7 +718,7 @@ def _target_section(c: Classified) -> list[str]:
             if mutant.status != "survived":
                 status += f"; status: {mutant.status}"
             out += [
-                f"**{mutant.function}**, line {mutant.line}: {status}"
+                f"**{mutant.function}**, {_at(mutant, run)}: {status}"
                 + (f": {verdict.reason}" if verdict.reason else ""),
                 "",
                 *_diff_block(mutant),
@@ -617,7 +729,11 @@ def _target_section(c: Classified) -> list[str]:
                     "<details><summary>annotation</summary>",
                     "",
                     "```toml",
-                    annotation_stub(run.target, verdict),
+                    annotation_stub(
+                        run.target,
+                        verdict,
+                        file=file_of(mutant, run) if len(run.mutated) > 1 else "",
+                    ),
                     "```",
                     "",
                     "</details>",
@@ -626,11 +742,15 @@ def _target_section(c: Classified) -> list[str]:
 
     explained = [v for v in c.verdicts if v.kind in ("equivalent", "unspecified")]
     out += [f"### Equivalent and unspecified ({len(explained)})", ""]
-    for verdict in sorted(explained, key=lambda v: (v.mutant.line, v.mutant.name)):
+    files = {file: index for index, file in enumerate(run.mutated)}
+    for verdict in sorted(
+        explained,
+        key=lambda v: (files.get(file_of(v.mutant, run), 0), v.mutant.line, v.mutant.name),
+    ):
         mutant = verdict.mutant
         label = "equivalent" if verdict.kind == "equivalent" else "unspecified by the contract"
         out += [
-            f"- line {mutant.line}, **{mutant.function}**: {_change(mutant)}: "
+            f"- {_at(mutant, run)}, **{mutant.function}**: {_change(mutant)}: "
             f"{label}: {verdict.reason}",
         ]
     out.append("")
@@ -639,19 +759,20 @@ def _target_section(c: Classified) -> list[str]:
     if timeouts:
         out += [f"### Timeouts ({len(timeouts)}: detected, the tests hang)", ""]
         for mutant in timeouts:
-            out.append(f"- line {mutant.line}, **{mutant.function}**: {_change(mutant)}")
+            out.append(f"- {_at(mutant, run)}, **{mutant.function}**: {_change(mutant)}")
         out.append("")
 
-    outside: dict[str, list[Verdict]] = defaultdict(list)
+    outside: dict[tuple[str, str], list[Verdict]] = defaultdict(list)
     for verdict in c.verdicts:
         if verdict.kind == "outside":
-            outside[verdict.mutant.function].append(verdict)
+            outside[file_of(verdict.mutant, run), verdict.mutant.function].append(verdict)
     if outside:
         out += [f"### Outside the contract ({c.count_kind('outside')})", ""]
-        for function, verdicts in outside.items():
+        for (file, function), verdicts in outside.items():
             lines = sorted({v.mutant.line for v in verdicts})
+            where = f"{short_file(file, run)} " if len(run.mutated) > 1 else ""
             out += [
-                f"<details><summary><b>{function}</b> (lines {lines[0]}-{lines[-1]}, "
+                f"<details><summary><b>{function}</b> ({where}lines {lines[0]}-{lines[-1]}, "
                 f"{len(verdicts)} mutants): {verdicts[0].reason}</summary>",
                 "",
                 *[f"- line {v.mutant.line}: {_change(v.mutant)}" for v in verdicts],

@@ -65,7 +65,9 @@ def _setup_cfg(target: Target) -> str:
     lines = [
         "[mutmut]",
         f"source_paths = {target.source_root}",
-        f"only_mutate = {target.mutated}",
+        # One glob per line; a plain path matches only that file.
+        "only_mutate =",
+        *(f"    {path}" for path in target.mutated),
         "pytest_add_cli_args_test_selection =",
         *(f"    {arg}" for arg in target.tests),
         # The randomised model-based test does not count (see plugin.py); no cache
@@ -115,7 +117,8 @@ def run_target(target: Target, jobs: int) -> bool:
     work = WORK / target.name
     _stage(target, work)
     log = work / "mutmut.log"
-    say(f"mutation: {target.name}: mutating {target.mutated} (log: {log.relative_to(ROOT)})")
+    files = ", ".join(target.mutated)
+    say(f"mutation: {target.name}: mutating {files} (log: {log.relative_to(ROOT)})")
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as output:
         completed = subprocess.run(
@@ -133,10 +136,10 @@ def run_target(target: Target, jobs: int) -> bool:
         return False
     from .mutants import read_mutants  # needs mutmut: only in the mutation session
 
-    mutants = read_mutants(work, target.mutated)
+    mutants = [m for path in target.mutated for m in read_mutants(work, path)]
     run = {
         "target": target.name,
-        "mutated": target.mutated,
+        "mutated": list(target.mutated),
         "command": _command(target),
         "seconds": round(seconds, 1),
         "jobs": jobs,
@@ -157,7 +160,8 @@ def load_run(target: Target) -> TargetRun | None:
     data = json.loads(path.read_text(encoding="utf-8"))
     return TargetRun(
         target=data["target"],
-        mutated=data["mutated"],
+        # A single string: results written before a target could mutate several files.
+        mutated=(data["mutated"],) if isinstance(data["mutated"], str) else tuple(data["mutated"]),
         command=data["command"],
         mutants=tuple(Mutant.from_json(m) for m in data["mutants"]),
         seconds=float(data["seconds"]),
@@ -217,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not results:
         say("mutation: no results yet; run without --no-run first")
         return 2
-    REPORT.write_text(render(results), encoding="utf-8")
+    REPORT.write_text(render(results, suite_version=SUITE_VERSION), encoding="utf-8")
     document = score(results, suite_version=SUITE_VERSION)
     SCORE.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     say(f"mutation: report written to {REPORT.relative_to(ROOT)} and {SCORE.relative_to(ROOT)}")

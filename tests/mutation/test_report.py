@@ -25,12 +25,17 @@ from .report import (
     sql_letter_case,
 )
 from .run import ANNOTATIONS, ROOT
+from .targets import TARGETS
+
+PACKAGE = ("src/pkg/queue.py", "src/pkg/url.py")
 
 
-def run_of(*mutants: Mutant, target: str = "memory") -> TargetRun:
+def run_of(
+    *mutants: Mutant, target: str = "memory", files: tuple[str, ...] = ("src/example.py",)
+) -> TargetRun:
     return TargetRun(
         target=target,
-        mutated="src/example.py",
+        mutated=files,
         command="pytest",
         mutants=mutants,
         seconds=12.0,
@@ -48,9 +53,11 @@ def survivor(
     after: str = "break",
     line: int = 10,
     status: str = "survived",
+    file: str = "",
 ) -> Mutant:
     return Mutant(
         name=name,
+        file=file,
         function=function,
         status=status,
         line=line,
@@ -82,6 +89,116 @@ def test_the_checked_in_annotations_load() -> None:
 
     assert loaded.mutants
     assert {note.kind for note in loaded.mutants} <= {"equivalent", "unspecified", "gap"}
+
+
+def test_the_checked_in_annotations_name_files_their_targets_mutate() -> None:
+    loaded = load_annotations(ANNOTATIONS)
+
+    for target in TARGETS.values():
+        # classify checks every annotation of the target against its files.
+        classify(run_of(target=target.name, files=target.mutated), loaded)
+
+
+def test_the_memory_target_mutates_every_module_of_the_package() -> None:
+    package = ROOT / "src" / "taskrunner_backends" / "memory"
+
+    assert set(TARGETS["memory"].mutated) == {
+        path.relative_to(ROOT).as_posix() for path in package.glob("*.py")
+    }
+    assert "src/taskrunner_backends/memory/queue.py" in TARGETS["memory"].mutated
+    assert TARGETS["sqlite"].mutated == ("examples/sqlite_backend/queue.py",)
+
+
+FILE_NOTE = NOTE.replace(
+    'function = "Queue.release"', 'file = "src/pkg/queue.py"\nfunction = "Queue.release"'
+)
+
+
+def test_in_a_target_of_several_files_a_note_explains_only_the_mutant_in_its_file(
+    tmp_path: Path,
+) -> None:
+    notes = notes_from(tmp_path, FILE_NOTE)
+    same = survivor("pkg.queue.a", file="src/pkg/queue.py")
+    other = survivor("pkg.url.b", file="src/pkg/url.py")
+
+    result = classify(run_of(same, other, files=PACKAGE), notes)
+
+    assert [v.explained for v in result.verdicts] == [True, False]
+    assert result.stale == ()
+
+
+def test_identical_changes_in_two_files_are_numbered_apart() -> None:
+    first = survivor("pkg.queue.a", file="src/pkg/queue.py")
+    second = survivor("pkg.url.b", file="src/pkg/url.py")
+
+    verdicts = classify(run_of(first, second, files=PACKAGE), Annotations()).verdicts
+
+    assert [v.occurrence for v in verdicts] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (NOTE, "name the one it is about"),
+        (FILE_NOTE.replace("src/pkg/queue.py", "src/pkg/qeueu.py"), "is not mutated by"),
+        (
+            '[[function]]\ntarget = "memory"\nfunction = "f"\nreason = "URL parsing"\n',
+            "name the one it is about",
+        ),
+    ],
+)
+def test_in_a_target_of_several_files_a_note_must_name_one_of_them(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        classify(run_of(files=PACKAGE), notes_from(tmp_path, text))
+
+
+def test_a_note_for_one_file_of_several_that_matched_nothing_is_stale_with_its_file(
+    tmp_path: Path,
+) -> None:
+    result = classify(run_of(files=PACKAGE), notes_from(tmp_path, FILE_NOTE))
+
+    assert result.stale == ("[[mutant]] queue.py Queue.release: continue => break",)
+
+
+def test_report_of_several_files_names_each_mutant_s_file_and_its_stub_the_file(
+    tmp_path: Path,
+) -> None:
+    mutant = survivor("pkg.url.a", file="src/pkg/url.py", line=42)
+    result = classify(run_of(mutant, files=PACKAGE), Annotations())
+    (verdict,) = result.unexplained
+
+    text = render([result])
+    stub = annotation_stub("memory", verdict, file="src/pkg/url.py")
+
+    assert "| memory (src/pkg/, 2 files) |" in text
+    assert "Measured at conformance suite 9.9 " in render([result], suite_version="9.9")
+    assert "Mutated files: queue.py, url.py." in text
+    assert "**Queue.release**, url.py line 42: SURVIVED (not explained)" in text
+    assert stub in text
+    assert 'file = "src/pkg/url.py"' in stub
+    filled = stub.replace('reason = ""', 'reason = "why"')
+    (again,) = classify(run_of(mutant, files=PACKAGE), notes_from(tmp_path, filled)).verdicts
+    assert again.explained
+
+
+def test_results_of_a_one_file_run_name_no_file_and_still_match_its_notes(
+    tmp_path: Path,
+) -> None:
+    old = Mutant.from_json(
+        {
+            "name": "m",
+            "function": "Queue.release",
+            "status": "survived",
+            "before": ["continue"],
+            "after": ["break"],
+        }
+    )
+
+    (verdict,) = classify(run_of(old), notes_from(tmp_path, NOTE)).verdicts
+
+    assert verdict.explained
 
 
 def test_note_explains_the_mutant_wherever_it_moved_and_however_mutmut_numbers_it(
@@ -224,6 +341,11 @@ def test_exception_message_matches_only_a_changed_message_of_the_same_exception(
 
 def test_check_label_matches_only_the_label_of_the_same_check() -> None:
     line = '_check_seconds("wait_seconds", wait_seconds)'
+    shared = 'instant = check_instant("instant", instant)'
+    assert check_label((shared,), ('instant = check_instant("INSTANT", instant)',))
+    assert check_label(('check_text("name", name)',), ("check_text(None, name)",))
+    assert not check_label((shared,), ('other = check_instant("INSTANT", instant)',))
+    assert not check_label((shared,), ('instant = check_seconds("instant", instant)',))
     assert check_label((line,), ("_check_seconds(None, wait_seconds)",))
     assert check_label((line,), ('_check_seconds("XXwait_secondsXX", wait_seconds)',))
     assert not check_label((line,), ('_check_seconds("wait_seconds", lease_seconds)',))

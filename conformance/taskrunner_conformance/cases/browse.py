@@ -230,7 +230,8 @@ class BrowseCases(ConformanceBase):
         """Released with half a lease of delay (with ``delayed_add``, also added with one).
 
         Listed once due, before any receive (or other call) could have moved them, with
-        counts 1 and 0; not listed while the delay runs. A receive then gets both.
+        counts 1 and 0, and listed the same after a stats call (which may move them);
+        not listed while the delay runs. A receive then gets both.
         """
         part = s.require_browse()
         ids = await s.add([b"released", b"held"])
@@ -261,6 +262,13 @@ class BrowseCases(ConformanceBase):
         for m in waiting:
             body, count = due[m.message_id]
             _check_waiting(m, body, count, "once due")
+        # stats counts due messages as ready, and a backend may move them to do so.
+        await s.queue.stats()
+        moved = await browse_all(part, "waiting", limit=2, most=len(due))
+        assert sorted(_ids(moved)) == sorted(due), (
+            f"after a stats call, browse('waiting') listed {sorted(_ids(moved))}, not the "
+            f"due {sorted(due)}"
+        )
         s.boundary(len(due))
         again = await s.receive_n(s.queue, s.consumer("b"), len(due))
         assert sorted((d.message_id, d.delivery_count) for d in again) == sorted(

@@ -31,7 +31,9 @@ class CancelCases(ConformanceBase):
 
         Through another handle. None of them comes back by receive after every due time,
         nor by reclaim; a second cancel returns False; the key of a cancelled message is
-        free at once; a message not named is untouched.
+        free at once; a message not named is untouched. The counts stay exact once
+        receives have passed over cancelled entries, and with one cancelled behind a
+        live message; a blocking receive passes over one cancelled ahead of a live one.
         """
         s.require_scheduling("cancel")
         other_part = s.require_scheduling("cancel", queue=await s.open())
@@ -82,6 +84,30 @@ class CancelCases(ConformanceBase):
         await s.nothing_for(s.queue, s.consumer("d"), set(ids))
         assert await s.queue.ack([held[kept]]) == [], "the untouched message was lost"
         assert await s.queue.len() == 0
+        # Receives have passed over every cancelled entry by now. A blocking receive
+        # passes over one cancelled ahead of a live message to return that one; with one
+        # cancelled behind a live message, the counts stay exact.
+        if s.capabilities.blocking_receive:
+            ahead, next_one = await s.add([b"ahead", b"next"])
+            assert await other_part.cancel([ahead]) == [True]
+            got = await s.queue.receive(
+                s.consumer("e"), max_messages=2, wait_seconds=s.margin, lease_seconds=s.lease
+            )
+            assert ids_of(got) == [next_one], (
+                f"with the message ahead of it cancelled, receive returned {ids_of(got)}, "
+                f"not {next_one}"
+            )
+            assert await s.queue.ack(got) == []
+        later, behind = await s.add([b"later", b"behind"])
+        assert await other_part.cancel([behind]) == [True]
+        await _expect_counts(s, (1, 0, 0), "with one of two new messages cancelled")
+        got = await s.queue.receive(
+            s.consumer("e"), max_messages=2, wait_seconds=s.margin, lease_seconds=s.lease
+        )
+        assert ids_of(got) == [later], f"receive returned {ids_of(got)}, not only {later}"
+        await _expect_counts(s, (0, 0, 1), "once the live one was received")
+        assert await s.queue.ack(got) == []
+        await _expect_counts(s, (0, 0, 0), "once it was acked")
 
     @conformance("X46")
     async def test_cancel_racing_receive_cancels_or_delivers_each_message_exactly_once(
@@ -206,3 +232,9 @@ class CancelCases(ConformanceBase):
         for key, holder in holders.items():
             await take_freed_key(part, key, holder, "by the ack after a refused cancel")
         s.boundary(len(keys))
+
+
+async def _expect_counts(s: Scenario, expected: tuple[int, int, int], when: str) -> None:
+    stats = await s.queue.stats()
+    got = (stats.ready, stats.delayed, stats.in_flight)
+    assert got == expected, f"{when}, ready/delayed/in flight = {got}, not {expected}"
