@@ -233,17 +233,7 @@ class PostgresScheduling:
                 start = end
                 continue
             await conn.execute(self._free, (self._queue, item.key))
-            cursor = await conn.execute(
-                self._keyed,
-                {
-                    "q": self._queue,
-                    "body": item.body,
-                    "key": item.key,
-                    "hold": item.hold,
-                    "due": item.due,
-                    "delay": item.delay,
-                },
-            )
+            cursor = await conn.execute(self._keyed, _keyed_params(self._queue, item))
             cursors.append(([indexes[start]], cursor, True))
             start += 1
         again: list[int] = []
@@ -285,6 +275,18 @@ class PostgresScheduling:
             if i is not None:
                 removed.discard(i)
         return flags
+
+
+def _keyed_params(queue: str, item: _Request) -> dict[str, Any]:
+    """The parameters of `_KEYED_INSERT` for one keyed request."""
+    return {
+        "q": queue,
+        "body": item.body,
+        "key": item.key,
+        "hold": item.hold,
+        "due": item.due,
+        "delay": item.delay,
+    }
 
 
 def _columns(items: Sequence[_Request]) -> tuple[list[bytes], list[float], list[float | None]]:

@@ -51,6 +51,7 @@ from .scheduling import (
     _UNIQUE_RETRIES,
     _columns,
     _ids,
+    _keyed_params,
     _Request,
     _request,
 )
@@ -176,17 +177,7 @@ class PostgresTransactionalAdd:
                 continue
             for _ in range(_UNIQUE_RETRIES):
                 yield (self._free, (self._queue, item.key))
-                rows = yield (
-                    self._keyed,
-                    {
-                        "q": self._queue,
-                        "body": item.body,
-                        "key": item.key,
-                        "hold": item.hold,
-                        "due": item.due,
-                        "delay": item.delay,
-                    },
-                )
+                rows = yield (self._keyed, _keyed_params(self._queue, item))
                 if rows:
                     results[index] = Added(message_id=str(rows[0][0]), added=bool(rows[0][1]))
                     break
