@@ -369,12 +369,19 @@ class SyncProducer:
         blocking adder (Redis, not Cluster, not durable) is sent from the calling
         thread itself, in one round trip; every other call goes through the loop thread.
 
+        With `connection`, the message is written in that connection's open
+        transaction, from the calling thread (as `Producer.dispatch` describes).
+
         Raises:
             QueueClosedError: This SyncProducer was closed.
-            The errors of `Producer.dispatch`: UnknownTaskError,
-            PayloadValidationError, PayloadTooLargeError, ValueError,
-            UnsupportedFeatureError, BackendUnavailableError; with `connection`,
-            TypeError and ConfigurationError as there.
+            UnknownTaskError: As `Producer.dispatch`; so are the errors below.
+            PayloadValidationError: The payload does not match the task's type.
+            PayloadTooLargeError: The encoded message exceeds the app's limit.
+            ValueError: A bad delay, time or key.
+            TypeError: `connection` is no connection the backend takes.
+            ConfigurationError: `connection` cannot take part in a transactional dispatch.
+            UnsupportedFeatureError: The backend lacks the feature asked for.
+            BackendUnavailableError: The backend could not be reached.
         """
         if connection is not None:
             # In the calling thread, on the caller's connection (see `_in_transaction`).
