@@ -248,3 +248,21 @@ async def test_delete_queue_outlasts_ids_handed_out_ahead_of_the_servers_clock(
     [after] = await redis_queue.add([b"after"])
 
     assert _id_order(after) > _id_order(ahead)
+
+
+@pytest.mark.parametrize(
+    ("lag", "length", "pending", "ready"),
+    [
+        (1, 1, 1, 0),  # a cluster node's stale lag after XDELs: the one entry is pending
+        (5, 3, 1, 2),  # a lag above what the stream holds
+        (0, 2, 0, 0),  # the lag is the smaller bound
+        (-1, 4, 1, 3),  # no lag (tombstones after the cursor): length minus pending
+        (-1, 1, 2, 0),  # never negative
+    ],
+)
+def test_ready_is_unread_entries_bounded_by_the_lag(
+    lag: int, length: int, pending: int, ready: int
+) -> None:
+    from taskrunner_backends.redis.admin import _ready_count
+
+    assert _ready_count(lag, length, pending) == ready

@@ -50,8 +50,8 @@ class AdminMixin(QueueBase):
     async def stats(self) -> QueueStats:
         """A snapshot taken in one script: counts, ages (server clock) and consumers.
 
-        ``ready`` counts entries not yet delivered (the group's lag; when the server
-        cannot compute it, stream length minus pending) and released messages whose
+        ``ready`` counts entries not yet delivered (stream length minus pending, bounded
+        by the group's lag where the server reports one) and released messages whose
         delay is over but that no receive has moved back yet (delayed adds alike);
         ``delayed`` the released messages and delayed adds still waiting for their due
         time. Doorbell rings are no messages and count nowhere.
@@ -330,9 +330,13 @@ class AdminMixin(QueueBase):
 
 
 def _ready_count(lag: int, length: int, pending: int) -> int:
-    # Without a lag (tombstones after the group's cursor) every stream entry that is not
-    # pending is ready; acked entries are deleted, so the stream holds nothing else.
-    return min(lag, length) if lag >= 0 else max(0, length - pending)
+    # Acked, cancelled and dead-lettered entries are deleted, so every stream entry that
+    # is not pending is ready. The group's lag is only a bound: after XDELs around the
+    # cursor (cancel) a server may still report one it no longer can compute (seen on
+    # a cluster node: lag 1 with the one entry of the stream pending), so the smaller
+    # of the two counts.
+    unread = max(0, length - pending)
+    return min(lag, unread) if lag >= 0 else unread
 
 
 def _stamp_seconds(raw: bytes) -> float:
