@@ -14,6 +14,7 @@ Binary choice (`find_server_binary`, shared with the shipped
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -36,6 +37,7 @@ __all__ = [
     "ServerNotFoundError",
     "find_server_binary",
     "free_port",
+    "free_port_run",
     "ping",
 ]
 
@@ -51,6 +53,33 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive TCP ports on 127.0.0.1 that were free a moment ago.
+
+    For a supervisor's workers, which serve metrics on the given port plus their index.
+    Chosen below Linux's ephemeral range (32768-60999): a neighbour of a port the
+    kernel handed out is likely the local port of some client connection a moment
+    later. Each port of the run is bound once to check it; a race after that remains,
+    as with `free_port`.
+    """
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - count)
+        held: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+        return base
+    raise RuntimeError(f"no run of {count} free ports found on 127.0.0.1")
 
 
 def ping(host: str, port: int, *, timeout: float = 1.0) -> bool:

@@ -70,7 +70,7 @@ from tests.cli.secret_urls import (
     vault_scheme,  # noqa: F401 - a fixture
     vault_target,
 )
-from tests.servers import free_port
+from tests.servers import free_port_run
 
 APP = "tests.cli.apps:app"
 _ROOT = Path(__file__).resolve().parents[2]
@@ -380,7 +380,8 @@ def test_a_worker_process_and_its_metrics_hide_the_secret(
     form = next(f for f in FORMS if f.id == form_id)
     url = redis_target(secret_redis.port, f"trsec-{uuid.uuid4().hex[:12]}").url(form)
     # Child i of a supervisor serves metrics on this port + i.
-    argv = ["worker", APP, "--metrics-port", str(free_port()), "--log-format", log_format]
+    port = free_port_run(processes)
+    argv = ["worker", APP, "--metrics-port", str(port), "--log-format", log_format]
     argv += ["--log-level", "debug", "--processes", str(processes)]
     env = {"TASKRUNNER_URL": url} if from_env else {}
     if not from_env:
