@@ -118,12 +118,7 @@ class Producer:
         clock: Clock | None = None,
         outbox: TransactionalAdd | None = None,
     ) -> None:
-        queue_name = getattr(outbox, "queue_name", app.queue)
-        if queue_name != app.queue:
-            raise ValueError(
-                f"the outbox writes rows for queue {queue_name!r}, the app's queue is "
-                f"{app.queue!r}: the relay would move them to the wrong queue"
-            )
+        check_outbox(outbox, app)
         self._queue = queue
         self._app = app
         self._clock = clock or SystemClock()
@@ -412,9 +407,7 @@ class Producer:
     ) -> list[Dispatched]:
         delay_seconds, due_at, unique = _options(task, delay, at, unique_key, partition_key)
         with dispatching(self._app.queue, task.name, len(payloads)) as trace:
-            if trace:
-                # The caller's own headers win over the injected trace context.
-                headers = {**trace, **headers} if headers else trace
+            headers = _with_trace(trace, headers)
             if connection is not None:
                 part, requests = self._in_transaction(
                     task,
@@ -457,8 +450,7 @@ class Producer:
         """
         delay_seconds, due_at, unique = _options(task, delay, at, unique_key, partition_key)
         with dispatching(self._app.queue, task.name, len(payloads)) as trace:
-            if trace:
-                headers = {**trace, **headers} if headers else trace
+            headers = _with_trace(trace, headers)
             part, requests = self._in_transaction(
                 task, payloads, headers, delay_seconds, due_at, unique, unique_key, partition_key
             )
@@ -484,13 +476,7 @@ class Producer:
                 self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
             if unique:
                 self._scheduling("unique_add", "unique dispatch")
-        due: float | None = None
-        if due_at is not None or delay_seconds > 0:
-            due = due_at if due_at is not None else self._clock.time() + delay_seconds
-        bodies = [
-            encode_message(self._app, task, payload, clock=self._clock, headers=headers, due_at=due)
-            for payload in payloads
-        ]
+        bodies = self._bodies(task, payloads, headers, delay_seconds, due_at)
         requests = self._requests(
             task, payloads, bodies, delay_seconds, due_at, unique, unique_key, partition_key
         )
@@ -508,13 +494,7 @@ class Producer:
         unique_key: str | None,
         partition_key: str | None,
     ) -> list[Dispatched]:
-        due: float | None = None
-        if due_at is not None or delay_seconds > 0:
-            due = due_at if due_at is not None else self._clock.time() + delay_seconds
-        bodies = [
-            encode_message(self._app, task, payload, clock=self._clock, headers=headers, due_at=due)
-            for payload in payloads
-        ]
+        bodies = self._bodies(task, payloads, headers, delay_seconds, due_at)
         partitioned = partition_key is not None and scheduling_of(self._queue) is not None
         if not unique and delay_seconds == 0.0 and due_at is None and not partitioned:
             # The hot path: plain dispatches keep using Queue.add (and so does a
@@ -534,6 +514,23 @@ class Producer:
             added = await part.add_requests(requests[start : start + _ADD_CHUNK])
             results.extend(Dispatched(a.message_id, added=a.added) for a in added)
         return results
+
+    def _bodies(
+        self,
+        task: Task[Any],
+        payloads: list[Any],
+        headers: Mapping[str, str] | None,
+        delay_seconds: float,
+        due_at: float | None,
+    ) -> list[bytes]:
+        """Each payload's encoded message; a delayed one carries the instant it is due."""
+        due: float | None = None
+        if due_at is not None or delay_seconds > 0:
+            due = due_at if due_at is not None else self._clock.time() + delay_seconds
+        return [
+            encode_message(self._app, task, payload, clock=self._clock, headers=headers, due_at=due)
+            for payload in payloads
+        ]
 
     @staticmethod
     def _requests(
@@ -634,6 +631,29 @@ def encode_message(
         due_at=due_at,
     )
     return encode_envelope(envelope, max_bytes=app.max_message_bytes)
+
+
+def check_outbox(outbox: TransactionalAdd | None, app: App) -> None:
+    """Refuse an outbox whose rows the relay would move to another queue than the app's.
+
+    Raises:
+        ValueError: `outbox` names a ``queue_name`` other than ``app.queue``.
+    """
+    queue_name = getattr(outbox, "queue_name", app.queue)
+    if queue_name != app.queue:
+        raise ValueError(
+            f"the outbox writes rows for queue {queue_name!r}, the app's queue is "
+            f"{app.queue!r}: the relay would move them to the wrong queue"
+        )
+
+
+def _with_trace(
+    trace: dict[str, str], headers: Mapping[str, str] | None
+) -> Mapping[str, str] | None:
+    """The headers to send: the trace context, with the caller's own headers winning."""
+    if not trace:
+        return headers
+    return {**trace, **headers} if headers else trace
 
 
 def _options(

@@ -38,7 +38,7 @@ from taskrunner.clock import Clock
 from taskrunner.errors import QueueClosedError
 from taskrunner.loop_thread import LoopStoppedError, LoopThread
 from taskrunner.names import check_queue_name
-from taskrunner.producer import Dispatched, DispatchedList, Producer
+from taskrunner.producer import Dispatched, DispatchedList, Producer, check_outbox
 from taskrunner.queue import Capabilities, Queue, TransactionalAdd
 from taskrunner.redaction import mask_url
 from taskrunner.results import TaskStatus
@@ -253,12 +253,7 @@ class SyncProducer:
         self._app = app
         self._clock = clock
         self._outbox = outbox
-        outbox_queue = getattr(outbox, "queue_name", app.queue)
-        if outbox_queue != app.queue:
-            raise ValueError(
-                f"the outbox writes rows for queue {outbox_queue!r}, the app's queue is "
-                f"{app.queue!r}: the relay would move them to the wrong queue"
-            )
+        check_outbox(outbox, app)
         self._lock = threading.Lock()
         self._engine: _Engine | None = None
         self._closed = False
