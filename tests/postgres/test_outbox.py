@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from taskrunner import App, Producer, UnsupportedFeatureError
+from taskrunner import App, Producer, SyncProducer, UnsupportedFeatureError
 from taskrunner.queue import Added, AddRequest
 from taskrunner_backends.memory import InMemoryQueue
 from taskrunner_backends.postgres.outbox import OutboxRelay, OutboxWriter, create_outbox
@@ -233,3 +233,35 @@ async def test_a_relay_record_returns_the_first_message_id(redis_queue: RedisStr
     assert (again.message_id, again.added) == (first.message_id, False)
     assert other.added
     assert other.message_id != first.message_id
+
+
+def test_a_sync_producer_writes_into_the_outbox_in_the_callers_transaction(
+    redis_url: str, redis_namespace: str, pg: str, outbox: str
+) -> None:
+    url = f"{redis_url}?namespace={redis_namespace}"
+    writer = OutboxWriter("q", schema=outbox)
+    with SyncProducer(url, app, outbox=writer) as producer, psycopg.connect(pg) as conn:
+        rolled_back = producer.dispatch(send, 1, connection=conn)
+        conn.rollback()
+        kept = producer.dispatch_many(send, [2, 3], connection=conn)
+        assert outbox_rows(pg, outbox) == 0, "another session saw an uncommitted row"
+        conn.commit()
+    assert rolled_back.startswith("outbox-")
+    assert len(kept) == 2
+    assert outbox_rows(pg, outbox) == 2
+
+
+def test_a_sync_producer_refuses_an_outbox_for_another_queue(redis_url: str) -> None:
+    with pytest.raises(ValueError, match="'other'"):
+        SyncProducer(redis_url, app, outbox=OutboxWriter("other"))
+
+
+async def test_a_relay_record_expires_after_record_seconds(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add_relayed([AddRequest(body=b"a")], ["9"], record_seconds=30)
+    client: Any = redis_queue._client
+    ttl_ms = await client.pttl(redis_queue.keys.relay_prefix + "9")
+    assert 0 < ttl_ms <= 30_000, f"the relay record's PTTL is {ttl_ms} ms, not within 30 s"
+    with pytest.raises(ValueError, match="record_seconds"):
+        await redis_queue.add_relayed([AddRequest(body=b"b")], ["10"], record_seconds=0)
