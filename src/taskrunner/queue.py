@@ -88,6 +88,7 @@ from taskrunner.queue_extensions import (
     results_of,
     scheduling_of,
 )
+from taskrunner.queue_flow import Flow
 from taskrunner.queue_transactional import TransactionalAdd, transactional_of
 
 __all__ = [
@@ -104,6 +105,7 @@ __all__ = [
     "DeadLetter",
     "Delivery",
     "FireRecord",
+    "Flow",
     "LeaderLease",
     "Leadership",
     "MessageBrowser",
@@ -135,7 +137,7 @@ __all__ = [
     "transactional_of",
 ]
 
-CONTRACT_VERSION: Final = (2, 1)
+CONTRACT_VERSION: Final = (2, 2)
 """This contract's version, (major, minor).
 
 A backend declares the version it implements as a ``contract_version`` attribute of its
@@ -214,6 +216,9 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
             without polling (else it may poll, at most every 50 ms).
         lookup: `Queue.lookup` (`MessageLookup`) is implemented.
         browse: `Queue.browse` (`MessageBrowser`) is implemented.
+        flow_control: `Scheduling.add_requests` honours `AddRequest.flow`: receive
+            admits waiting messages under their concurrency and rate limits, taking
+            turns across keys (`taskrunner.queue_flow`).
     """
 
     blocking_receive: bool = False
@@ -232,6 +237,7 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     result_notify: bool = False
     lookup: bool = False
     browse: bool = False
+    flow_control: bool = False
 
 
 class ConsumerStats(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import msgspec
 
+from taskrunner.queue_flow import Flow
+
 if TYPE_CHECKING:
     # Only the accessors' signatures name Queue; taskrunner.queue imports this module.
     from taskrunner.queue import Queue
@@ -83,6 +85,10 @@ class AddRequest(msgspec.Struct, frozen=True, kw_only=True):
             Cluster queue with ``shards`` > 1), every message with this key goes to the
             same partition, so one consumer sees them in add order where the partition
             is FIFO. A backend with one partition ignores it (it keeps one order anyway).
+        flow: Admit the message through flow control (`taskrunner.queue_flow`): it
+            waits until its key's turn, concurrency slot and rate allow. Needs
+            ``Capabilities.flow_control``. A delayed message with a flow starts
+            waiting when it falls due.
     """
 
     body: bytes
@@ -91,6 +97,7 @@ class AddRequest(msgspec.Struct, frozen=True, kw_only=True):
     unique_key: str | None = None
     unique_seconds: float | None = None
     partition_key: str | None = None
+    flow: Flow | None = None
 
 
 class Added(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 from taskrunner.queue import AddRequest, Delivery, ResultWrite, WorkerInfo
+from taskrunner.queue_flow import check_flow
 
 __all__ = [
     "check_bodies",
@@ -167,14 +168,27 @@ def check_request(request: AddRequest, *, nul: bool = True) -> AddRequest:
         check_text("unique_key", request.unique_key, nul=nul)
     if request.unique_seconds is not None:
         check_seconds("unique_seconds", request.unique_seconds)
+    if request.flow is not None:
+        check_flow(request.flow)
     return request
 
 
-def check_requests(requests: Sequence[AddRequest], *, nul: bool = True) -> list[AddRequest]:
-    """The requests of `Scheduling.add_requests`, as a list, each one checked (whole, first)."""
+def check_requests(
+    requests: Sequence[AddRequest], *, nul: bool = True, flow: bool = False
+) -> list[AddRequest]:
+    """The requests of `Scheduling.add_requests`, as a list, each one checked (whole, first).
+
+    `flow` says whether the backend claims ``flow_control``; without it a request with
+    a flow is refused (nothing is added) rather than added without its limits.
+    """
     checked = _batch("requests", requests, AddRequest, "AddRequest")
     for request in checked:
         check_request(request, nul=nul)
+        if request.flow is not None and not flow:
+            raise ValueError(
+                "AddRequest.flow needs flow control, and this backend does not claim"
+                " capabilities.flow_control: nothing was added"
+            )
     return checked
 
 
