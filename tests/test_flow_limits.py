@@ -51,11 +51,11 @@ def test_rates_read_as_admissions_per_second(text: str, per_second: float) -> No
 @pytest.mark.parametrize(
     "text", ["100/x", "100", "/s", "0/s", "0.0/m", "-1/s", "1/0s", "", "100/ss", "1e3/s", 100]
 )
-def test_a_malformed_rate_is_refused_naming_the_task(text: object) -> None:
+def test_a_malformed_rate_is_refused_naming_the_task(text: Any) -> None:
     app = App("limits")
     with pytest.raises(ConfigurationError, match=r"task 'mail'.*rate_limit") as caught:
 
-        @app.task(name="mail", rate_limit=text)  # type: ignore[arg-type]
+        @app.task(name="mail", rate_limit=text)
         async def mail(job: Job) -> None: ...
 
     assert caught.value.setting == "rate_limit"
