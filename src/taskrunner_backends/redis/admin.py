@@ -62,25 +62,32 @@ class AdminMixin(QueueBase):
         """
         await self._ready()
         r = await self._script(
-            "stats", "stats", self._keys.all, (self._keys.group, STATS_PENDING_SAMPLE, "all")
+            "stats",
+            "stats",
+            self._keys.all,
+            (self._keys.group, STATS_PENDING_SAMPLE, "all", self._keys.flow_prefix),
         )
         lag, length, pending, dead, delayed, now_ms = (_as_int(v) for v in r[:6])
         oldest_ready_id, max_idle_ms = _as_str(r[6]), _as_int(r[7])
         # Released messages whose delay is over but that no receive has promoted yet.
         due, first_due_ms = _as_int(r[8]), _as_int(r[9])
-        ready = _ready_count(lag, length, pending) + due
+        count = _as_int(r[10])
+        # Messages waiting for flow control's admission are ready to callers.
+        waiting, first_waiting_ms = (_as_int(v) for v in r[11 + 4 * count : 13 + 4 * count])
+        ready = _ready_count(lag, length, pending) + due + waiting
         ready_since = []
         if oldest_ready_id:
             ready_since.append(int(oldest_ready_id.split("-")[0]))
         if first_due_ms >= 0:
             ready_since.append(first_due_ms)
+        if first_waiting_ms >= 0:
+            ready_since.append(first_waiting_ms)
         oldest_ready_age = None
         if ready_since:
             oldest_ready_age = max(0, now_ms - min(ready_since)) / 1000
         # One caller-visible consumer may hold leases of several lengths (one group
         # consumer each): report it once, with the sum of pending and the least idle.
         consumers: dict[str, ConsumerStats] = {}
-        count = _as_int(r[10])
         for i in range(11, 11 + 4 * count, 4):
             idle_ms, inactive_ms = _as_int(r[i + 2]), _as_int(r[i + 3])
             name = _caller_name(_as_str(r[i]))
@@ -104,9 +111,11 @@ class AdminMixin(QueueBase):
     async def len(self) -> int:
         """Ready, delayed and in-flight messages, counted as `stats` counts them."""
         await self._ready()
-        r = await self._script("len", "stats", self._keys.all, (self._keys.group, 0, "counts"))
-        lag, length, pending, _, delayed = (_as_int(v) for v in r[:5])
-        return _ready_count(lag, length, pending) + delayed + pending
+        r = await self._script(
+            "len", "stats", self._keys.all, (self._keys.group, 0, "counts", self._keys.flow_prefix)
+        )
+        lag, length, pending, _, delayed, waiting = (_as_int(v) for v in r[:6])
+        return _ready_count(lag, length, pending) + delayed + pending + waiting
 
     async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         """The oldest `limit` dead letters, oldest first."""
@@ -192,7 +201,7 @@ class AdminMixin(QueueBase):
                 "purge",
                 "clear",
                 self._keys.scheduling,
-                ("purge", self._keys.group, self._keys.unique_prefix),
+                ("purge", self._keys.group, self._keys.unique_prefix, "", self._keys.flow_prefix),
             )
         )
 
@@ -216,7 +225,13 @@ class AdminMixin(QueueBase):
             "delete queue",
             SCRIPTS["clear"],
             self._keys.every_key,
-            ("delete", self._keys.group, self._keys.unique_prefix, self._keys.result_prefix),
+            (
+                "delete",
+                self._keys.group,
+                self._keys.unique_prefix,
+                self._keys.result_prefix,
+                self._keys.flow_prefix,
+            ),
         )
         await self._outlast(_as_int(last_ms), _as_int(now_ms))
 

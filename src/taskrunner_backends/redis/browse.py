@@ -64,7 +64,7 @@ class BrowseMixin(QueueBase):
                 "browse",
                 SCRIPTS["receive"],
                 self._keys.scheduling,
-                [self._keys.group, PROMOTE_BATCH],
+                [self._keys.group, PROMOTE_BATCH, self._keys.flow_prefix],
             )
         reply = await self._raw.run_script(
             "browse",

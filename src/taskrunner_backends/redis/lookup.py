@@ -66,7 +66,10 @@ class LookupMixin(QueueBase):
         chunks = [
             valid[start : start + LOOKUP_BATCH] for start in range(0, len(valid), LOOKUP_BATCH)
         ]
-        calls = [(script_keys, [keys.group, *(i for _, i in chunk)]) for chunk in chunks]
+        calls = [
+            (script_keys, [keys.group, keys.flow_prefix, *(i for _, i in chunk)])
+            for chunk in chunks
+        ]
         replies = await self._batched("lookup", "lookup", calls)
         for chunk, reply in zip(chunks, replies, strict=True):
             for n, (index, message_id) in enumerate(chunk):

@@ -8,6 +8,19 @@ key hashes to, so a unique key is unique across the whole queue; other requests 
 round robin. A unique key given with a partition key is unique within that partition's
 shard (always give one key's messages the same partition key).
 
+Flow control. Admission runs in each shard's scripts, so a key's limits hold exactly
+only if every message that counts on them is on one shard. A request with a flow goes
+to the shard its flow key hashes to: the key's concurrency, its add order and its turn
+live there, and so does its rate when the rate counts on the key itself (``rate_key``
+None or equal to ``key``). A rate key shared by several flow keys would count on
+several shards, and no routing keeps both that rate and every key's concurrency
+exact (a key's messages may name different rate keys), so on more than one shard such
+a flow is refused (ValueError, nothing added). A flow with a ``partition_key`` other
+than its flow key is refused too: the two would route it to different shards. A
+unique key given with a flow is unique within the flow key's shard, as with a
+partition key. Round-robin across keys holds among the keys of one shard; a receive
+takes from several shards at once, as for every message (ordering ``none``).
+
 Receive. A receive first polls up to ``max_messages`` shards without blocking, in
 parallel, starting at a shard that rotates with every call (fairness: no shard is
 always read first), with ``max_messages`` split between them. Empty-handed, it blocks
@@ -321,11 +334,12 @@ class DeliveryMixin(ShardsBase):
             BackendUnavailableError: A master could not be reached; some of the
                 requests may have been added.
         """
-        requests = check_requests(requests)
+        requests = check_requests(requests, flow=True)
         self._check_open()
         # Every request is checked before any shard adds anything.
         for request in requests:
             _encode_request(request)
+            self._check_flow_routing(request)
         parts: dict[int, list[int]] = {}
         for index, request in enumerate(requests):
             parts.setdefault(self._shard_for(request), []).append(index)
@@ -352,14 +366,20 @@ class DeliveryMixin(ShardsBase):
         """
         if isinstance(requests, AddRequest):
             raise TypeError("requests must be a sequence of AddRequest, not a single one")
+        requests = check_requests(requests, flow=True)
         ids = check_relay_ids(relay_ids, len(requests))
         _milliseconds("record_seconds", record_seconds, positive=True)
         self._check_open()
         for request in requests:
             _encode_request(request)
+            self._check_flow_routing(request)
         parts: dict[int, list[int]] = {}
         for index, request in enumerate(requests):
-            keyed = request.partition_key is not None or request.unique_key is not None
+            keyed = (
+                request.partition_key is not None
+                or request.unique_key is not None
+                or request.flow is not None
+            )
             shard = self._shard_for(request) if keyed else _hash_shard(ids[index], self._count)
             parts.setdefault(shard, []).append(index)
         if not parts:
@@ -382,7 +402,28 @@ class DeliveryMixin(ShardsBase):
                 added[index] = Added(message_id=f"{s}@{one.message_id}", added=one.added)
         return added
 
+    def _check_flow_routing(self, request: AddRequest) -> None:
+        """Refuse a flow whose limits no single shard could hold (see the module docstring)."""
+        flow = request.flow
+        if flow is None or self._count == 1:
+            return
+        if flow.rate_key is not None and flow.rate_key != flow.key:
+            raise ValueError(
+                f"a flow whose rate_key ({flow.rate_key!r}) differs from its key ({flow.key!r})"
+                f" cannot keep its limits exact on a queue of {self._count} shards (the rate"
+                " would count on several shards): use the rate key as the flow key, or one"
+                " shard; nothing was added"
+            )
+        if request.partition_key is not None and request.partition_key != flow.key:
+            raise ValueError(
+                "a request with a flow is routed by its flow key; a different partition_key"
+                f" ({request.partition_key!r}) would route it elsewhere: nothing was added"
+            )
+
     def _shard_for(self, request: AddRequest) -> int:
+        if request.flow is not None:
+            # Every message of a flow key on one shard: its limits hold there exactly.
+            return _hash_shard(request.flow.key, self._count)
         key = request.partition_key if request.partition_key is not None else request.unique_key
         if key is not None:
             if not isinstance(key, str) or not key:  # type: ignore[redundant-expr]

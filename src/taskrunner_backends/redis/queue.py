@@ -140,6 +140,7 @@ _CAPABILITIES = Capabilities(
     result_notify=True,
     lookup=True,
     browse=True,
+    flow_control=True,
 )
 
 _DURABLE_CAPABILITIES = msgspec.structs.replace(_CAPABILITIES, durable_enqueue=True)

@@ -2,7 +2,8 @@
 --
 -- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream,
 --       5 moved hash, 6 dead letters by original id
--- ARGV: 1 group, then the message ids (stream-id format, checked by the caller)
+-- ARGV: 1 group, 2 flow-control prefix, then the message ids (stream-id format,
+--       checked by the caller)
 -- Returns 8 values per id: state ("ready" | "delayed" | "running" | "dead" | false),
 --       delivery count, body, consumer (running), idle ms (running),
 --       due ms (delayed), reason (dead), dead-lettered ms (dead)
@@ -10,11 +11,13 @@
 -- Where a message is: its own stream entry until it is first released; after a
 -- release or a delayed add, the entry `moved` names (s<stream id> or p<parked id>);
 -- after dead-lettering, the dead letter `dead_ids` names. Its delivery count is the
--- entry's base (field n) plus the PEL's count while it is leased.
+-- entry's base (field n) plus the PEL's count while it is leased. A message waiting for
+-- flow control's admission is parked but in no delayed set: it is ready.
 
 local stream, dead, delayed, parked, moved, dead_ids =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local group = ARGV[1]
+local waiting = ARGV[2] .. 'waiting'
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -64,7 +67,7 @@ local function on_stream(id, f)
   end
 end
 
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local id = ARGV[i]
   local found = false
   local loc = redis.call('HGET', moved, id)
@@ -88,6 +91,9 @@ for i = 2, #ARGV do
           -- Due: the next receive promotes it before it reads.
           emit('ready', base, f['b'])
         end
+        found = true
+      elseif f and redis.call('ZSCORE', waiting, at) then
+        emit('ready', tonumber(f['n'] or '0') or 0, f['b'])
         found = true
       end
     end
