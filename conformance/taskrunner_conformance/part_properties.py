@@ -1,8 +1,8 @@
-"""The properties of the optional parts of the contract: X40-X85.
+"""The properties of the optional parts of the contract: X40-X99.
 
 Scheduling (X40-X48), Leadership (X50-X55), ResultStore (X60-X66), MessageLookup
-(X70-X75) and MessageBrowser (X80-X85). `taskrunner_conformance.properties` joins them
-with the core ones into ``PROPERTIES``.
+(X70-X75), MessageBrowser (X80-X85) and flow control (X90-X99).
+`taskrunner_conformance.properties` joins them with the core ones into ``PROPERTIES``.
 """
 
 from __future__ import annotations
@@ -276,5 +276,73 @@ PART_PROPERTIES += (
         "body_size its whole length, a shorter one whole; a body_bytes that is no size "
         "raises ValueError",
         "capabilities.browse + queue.browse taking body_bytes (contract 2.1)",
+    ),
+    Property(
+        "X90",
+        "flow_waiting",
+        "messages waiting for admission count as ready in stats and len, and a "
+        "receive leases only those admitted, their first lease with delivery count 1",
+        "capabilities.flow_control",
+    ),
+    Property(
+        "X91",
+        "flow_concurrency",
+        "receivers racing on two handles admit exactly concurrency messages of a key; "
+        "an ack admits exactly one more, waking a receive blocked on the key",
+        "capabilities.flow_control",
+    ),
+    Property(
+        "X92",
+        "flow_outcomes_free_slots",
+        "ack, dead-letter, release and purge of an admitted message free its slot",
+        "capabilities.flow_control",
+    ),
+    Property(
+        "X93",
+        "flow_slot_through_reclaim",
+        "an admitted message keeps its slot while its lease lapses and is reclaimed; "
+        "the key's next message is admitted only after the reclaimed one's ack",
+        "capabilities.flow_control + a lapsing lease",
+    ),
+    Property(
+        "X94",
+        "flow_key_order",
+        "a key admits its messages in add order, and a released one waits behind them",
+        "capabilities.flow_control",
+    ),
+    Property(
+        "X95",
+        "flow_round_robin",
+        "one receive over keys of 5, 2 and 1 messages admits them in turns, the key "
+        "served least recently first",
+        "capabilities.flow_control + capabilities.ordering",
+    ),
+    Property(
+        "X96",
+        "flow_backlog_fairness",
+        "behind a key with a backlog of 40, messages of two other keys come within 6 "
+        "receives of one message",
+        "capabilities.flow_control",
+    ),
+    Property(
+        "X97",
+        "flow_rate",
+        "a rate key admits its burst at once, no more inside one interval, and one more "
+        "within one interval and a margin, on the backend's clock",
+        "capabilities.flow_control",
+    ),
+    Property(
+        "X98",
+        "flow_dead_letter_retry",
+        "a retried dead letter waits under its flow again: not admitted while its key's "
+        "slot is held, admitted once it frees",
+        "capabilities.flow_control + queue.admin",
+    ),
+    Property(
+        "X99",
+        "flow_arguments",
+        "malformed flows (bad keys, limits below 1, rates that are no finite positive "
+        "number) and, on a backend not claiming flow control, any flow add nothing",
+        "queue.scheduling",
     ),
 )

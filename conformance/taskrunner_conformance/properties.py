@@ -5,8 +5,9 @@ section 5) so results can be compared with it; ids X1-X39 are guarantees of
 `taskrunner.queue.Queue` that the reference does not number, X40-X48 those of the
 optional `taskrunner.queue.Scheduling` part, X50-X55 those of
 `taskrunner.queue.Leadership`, X60-X66 those of `taskrunner.queue.ResultStore` and
-X70-X75 those of `taskrunner.queue.MessageLookup` and X80-X85 those of
-`taskrunner.queue.MessageBrowser`. Where the contract lacks the
+X70-X75 those of `taskrunner.queue.MessageLookup`, X80-X85 those of
+`taskrunner.queue.MessageBrowser` and X90-X99 those of flow control
+(`taskrunner.queue_flow`). Where the contract lacks the
 mechanism a reference property assumes, the property is adapted and its ``adapted``
 note says how; the conformance report prints that note.
 

@@ -54,9 +54,9 @@ __all__ = [
 
 Outcome = Literal["passed", "failed", "skipped"]
 
-SUITE_VERSION = "1.6"
+SUITE_VERSION = "1.7"
 
-TESTED_CONTRACT_VERSION = (2, 1)
+TESTED_CONTRACT_VERSION = (2, 2)
 """The contract version the cases were written against, (major, minor).
 
 Kept apart from `taskrunner.queue.CONTRACT_VERSION` on purpose: a test fails when the

@@ -13,6 +13,7 @@ from .cases.closed_handles import ClosedHandleCases
 from .cases.concurrency import ConcurrencyCases
 from .cases.delivery import DeliveryCases
 from .cases.fencing import FencingCases
+from .cases.flow import FlowCases
 from .cases.leadership import LeadershipCases
 from .cases.leases import LeaseCases
 from .cases.lifecycle import LifecycleCases
@@ -58,6 +59,7 @@ class QueueConformance(
     ClosedWhileWaitingCases,
     LookupCases,
     BrowseCases,
+    FlowCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 

@@ -10,7 +10,6 @@ with ValueError before anything is added (as for every unclaimed option).
 Guarantees, one per line; each has a conformance test that reads the same:
 
 * A waiting message counts as ready in `stats` and `len`, and is leased only once admitted.
-* Receive leases ready messages without a flow first, then admits waiting ones.
 * Admission is round-robin: the admissible key served least recently goes first.
 * Messages of one key are admitted in the order they were added.
 * At most ``concurrency`` messages of a key are admitted and not yet at a final outcome.
@@ -19,10 +18,13 @@ Guarantees, one per line; each has a conformance test that reads the same:
 * A released message waits again, behind its key's waiting messages, once its delay is over.
 * Admissions of one rate key follow GCRA: ``burst`` at once, then one per ``1 / rate`` s.
 * A message that is not admitted spends no delivery: its first lease has delivery count 1.
+* A retried dead letter waits again under the flow its message had.
 
 "Served least recently": a key's turn is the time of its last admission, or, if it
 never had one, the add of its oldest waiting message; the earliest turn goes first.
 "Final outcome": ack, dead-letter, cancel or purge; a release frees the slot too.
+The shipped backends lease ready messages without a flow first and admit waiting ones
+for the rest of a batch (a partitioned queue does so per partition).
 
 The slot belongs to the message, not to a worker: a worker SIGKILLed mid-task leaves
 its message leased until the lease lapses, then the reclaimer redelivers it under the

@@ -13,6 +13,7 @@ from typing import Self
 from taskrunner.clock import Clock, SystemClock, wait_event
 from taskrunner.queue import (
     CONTRACT_VERSION,
+    AddRequest,
     Capabilities,
     ConsumerStats,
     DeadLetter,
@@ -66,6 +67,7 @@ _CAPABILITIES = Capabilities(
     result_notify=True,
     lookup=True,
     browse=True,
+    flow_control=True,
 )
 
 
@@ -165,13 +167,20 @@ class InMemoryQueue(
             now = store.clock.monotonic()
             self._promote_due(now)
             store.consumers_seen[consumer] = now
-            if len(store.ready) > store.cancelled_ready:
-                return self._lease_ready(consumer, max_messages, lease_seconds, now)
+            deliveries = self._lease_ready(consumer, max_messages, lease_seconds, now)
+            if len(deliveries) < max_messages and store.flow.waiting:
+                for message in store.flow.admit(now, max_messages - len(deliveries)):
+                    deliveries.append(self._grant(message, consumer, lease_seconds, now))
+            if deliveries:
+                return deliveries
             remaining = deadline - now
             if remaining <= 0:
                 return []
             if store.delayed:
                 remaining = min(remaining, store.delayed[0][0] - now)
+            wake = store.flow.next_wake()
+            if wake is not None:
+                remaining = min(remaining, wake - now)
             await wait_event(store.clock, store.arrival, remaining)
             self._check_open()
 
@@ -220,9 +229,9 @@ class InMemoryQueue(
                 continue
             del store.in_flight[message.id]
             message.owner = ""
+            self._free_slot(message)
             if delay_seconds == 0:
-                message.state = "ready"
-                store.ready.append(message.id)
+                self._make_ready(message)
             else:
                 message.state = "delayed"
                 self._park(message.id, now + delay_seconds)
@@ -268,6 +277,8 @@ class InMemoryQueue(
             self._forget(message)
             dead_id = f"dead-{next(store.sequence)}"
             store.dead_by_original[message.id] = dead_id
+            if message.flow is not None:
+                store.dead_flows[dead_id] = message.flow
             store.dead[dead_id] = DeadLetter(
                 message_id=dead_id,
                 original_id=message.id,
@@ -289,9 +300,12 @@ class InMemoryQueue(
             pending[message.owner] = pending.get(message.owner, 0) + 1
         self._skip_cancelled_head()
         oldest_ready = store.messages[store.ready[0]].added_at if store.ready else None
+        oldest_waiting = store.flow.oldest_added_at() if store.flow.waiting else None
+        if oldest_waiting is not None:
+            oldest_ready = min(oldest_waiting, oldest_ready or oldest_waiting)
         oldest_touch = min((m.touched_at for m in store.in_flight.values()), default=None)
         return QueueStats(
-            ready=len(store.ready) - store.cancelled_ready,
+            ready=len(store.ready) - store.cancelled_ready + store.flow.waiting,
             in_flight=len(store.in_flight),
             dead=len(store.dead),
             delayed=len(store.delayed) - store.cancelled_delayed,
@@ -336,8 +350,14 @@ class InMemoryQueue(
         self._check_open()
         store = self._store
         chosen = list(store.dead) if message_ids is None else check_ids(message_ids)
-        bodies = [self._pop_dead(i).body for i in chosen if i in store.dead]
-        return await self.add(bodies)
+        chosen = [i for i in chosen if i in store.dead]
+        # A limited message stays limited: it waits for admission again.
+        flows = [store.dead_flows.get(i) for i in chosen]
+        bodies = [self._pop_dead(i).body for i in chosen]
+        if not any(flows):
+            return await self.add(bodies)
+        requests = [AddRequest(body=b, flow=f) for b, f in zip(bodies, flows, strict=True)]
+        return [added.message_id for added in await self.add_requests(requests)]
 
     async def purge_dead_letters(self, message_ids: Sequence[str] | None = None) -> int:
         """Delete dead letters; returns how many."""
@@ -357,6 +377,7 @@ class InMemoryQueue(
         store.cancelled_ready = store.cancelled_delayed = 0
         store.in_flight.clear()
         store.unique.clear()
+        store.flow.clear()
         return count
 
     async def delete_queue(self) -> None:
@@ -368,6 +389,7 @@ class InMemoryQueue(
         store = self._store
         store.dead.clear()
         store.dead_by_original.clear()
+        store.dead_flows.clear()
         store.results.clear()
         store.result_expiries.clear()
         store.consumers_seen.clear()

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Literal
 
 from taskrunner.clock import Clock
 from taskrunner.errors import QueueClosedError
-from taskrunner.queue import DeadLetter, FireRecord, WorkerInfo
+from taskrunner.queue import DeadLetter, FireRecord, Flow, WorkerInfo
+
+from .flow import _FlowGate
 
 # Expired results each ResultStore call sweeps at most (beyond the writes it makes), so
 # a backlog costs no single call more than this many heap pops.
@@ -51,6 +53,11 @@ class _Message:
     unique_key: str | None = None
     # Monotonic time a delayed message falls due (meaningful while state is "delayed").
     due: float = 0.0
+    # Flow control: the message's flow, whether it waits in its key's deque (state is
+    # "ready" then, but it is not in `ready`), and whether it holds a slot of its key.
+    flow: Flow | None = None
+    waiting: bool = False
+    admitted: bool = False
 
 
 @dataclass(slots=True)
@@ -77,6 +84,8 @@ class _Store:
     dead: dict[str, DeadLetter] = field(default_factory=dict)
     # original message id -> dead-letter id, so lookup finds a dead letter in O(1).
     dead_by_original: dict[str, str] = field(default_factory=dict)
+    # dead-letter id -> the flow its message had, so a retry waits for admission again.
+    dead_flows: dict[str, Flow] = field(default_factory=dict)
     consumers_seen: dict[str, float] = field(default_factory=dict)
     # instance -> (entry, monotonic expiry)
     workers: dict[str, tuple[WorkerInfo, float]] = field(default_factory=dict)
@@ -94,6 +103,7 @@ class _Store:
     result_expiries: list[tuple[float, str]] = field(default_factory=list)
     # message id -> {future of a waiting wait_result: the handle it waits through}
     result_waiters: dict[str, dict[asyncio.Future[None], _Handle]] = field(default_factory=dict)
+    flow: _FlowGate[_Message] = field(default_factory=_FlowGate)
     # Replaced by a fresh event each time it is set, so every waiter of one
     # generation wakes once.
     arrival: asyncio.Event = field(default_factory=asyncio.Event)
@@ -128,6 +138,7 @@ class _Handle:
     def _pop_dead(self, dead_id: str) -> DeadLetter:
         store = self._store
         letter = store.dead.pop(dead_id)
+        store.dead_flows.pop(dead_id, None)
         if store.dead_by_original.get(letter.original_id) == dead_id:
             del store.dead_by_original[letter.original_id]
         return letter
@@ -140,13 +151,25 @@ class _Handle:
             if message is None:
                 store.cancelled_delayed -= 1
             if message is not None and message.state == "delayed":
-                message.state = "ready"
-                store.ready.append(message_id)
+                self._make_ready(message)
+
+    def _make_ready(self, message: _Message) -> None:
+        # A message with a flow waits for admission instead of joining `ready`.
+        message.state = "ready"
+        if message.flow is None:
+            self._store.ready.append(message.id)
+        else:
+            self._store.flow.wait(message)
 
     def _forget(self, message: _Message) -> None:
         del self._store.in_flight[message.id]
         del self._store.messages[message.id]
         self._free_key(message)
+        self._free_slot(message)
+
+    def _free_slot(self, message: _Message) -> None:
+        if self._store.flow.free(message):
+            self._store.notify()  # a receive waiting on the key's slot may admit now
 
     def _free_key(self, message: _Message) -> None:
         # Only while the key still names this message: after it expired, another
