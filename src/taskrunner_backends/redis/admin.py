@@ -147,19 +147,26 @@ class AdminMixin(QueueBase):
         """Put dead letters back as new messages (all when `message_ids` is None).
 
         Each one is added and removed from the dead-letter stream in one script, so it
-        is neither lost nor duplicated. Unknown ids are skipped.
+        is neither lost nor duplicated. Unknown ids are skipped. A dead letter of a
+        message with a flow keeps the flow (its fields) and waits again under it, at
+        the back of its key's line.
 
         Returns:
             The new message ids, one per dead letter moved.
         """
         await self._ready()
-        keys = (self._keys.stream, self._keys.dead, self._keys.dead_ids)
+        k = self._keys
+        keys = (k.stream, k.dead, k.dead_ids, k.parked, k.moved, k.bell)
+        common = (k.flow_prefix, k.group)
         if message_ids is not None:
             ids = self._valid_ids(message_ids)
             moved: list[str] = []
             for start in range(0, len(ids), FENCED_BATCH):
                 reply = await self._script(
-                    "retry", "retry_dead", keys, (0, "+", *ids[start : start + FENCED_BATCH])
+                    "retry",
+                    "retry_dead",
+                    keys,
+                    (0, "+", *common, *ids[start : start + FENCED_BATCH]),
                 )
                 moved.extend(_as_str(v) for v in reply)
             return moved
@@ -171,7 +178,7 @@ class AdminMixin(QueueBase):
         last = _as_str(newest[0][0])
         moved = []
         while True:
-            reply = await self._script("retry", "retry_dead", keys, (FENCED_BATCH, last))
+            reply = await self._script("retry", "retry_dead", keys, (FENCED_BATCH, last, *common))
             moved.extend(_as_str(v) for v in reply)
             if len(reply) < FENCED_BATCH:
                 return moved

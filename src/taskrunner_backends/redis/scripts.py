@@ -29,7 +29,9 @@ class Script:
 # Scripts that make messages wait, admit them, free their slots or cancel waiting ones
 # start with the shared flow-control functions of ``lua/flow_lib.lua`` (Lua scripts
 # cannot include one another; the text is put in front of theirs here).
-_WITH_FLOW = frozenset({"add_requests", "receive", "admit", "fenced", "cancel", "reclaim"})
+_WITH_FLOW = frozenset(
+    {"add_requests", "receive", "admit", "fenced", "cancel", "reclaim", "retry_dead"}
+)
 
 
 def _read(name: str) -> bytes:

@@ -175,9 +175,21 @@ local function stamp()
   return string.format('%d.%03d', tonumber(t[1]) * 1000 + math.floor(us / 1000), us % 1000)
 end
 
-local function bury(body, reason, message_id, count)
-  local dead_id = redis.call('XADD', dead, '*', 'b', body, 'r', reason, 'o', message_id,
-    'c', count, 't', stamp())
+-- A dead letter of a message with a flow keeps its flow fields (f, fc, fr, fb, fk), so
+-- a retry makes it wait under the same flow.
+local FLOW_FIELDS = {f = true, fc = true, fr = true, fb = true, fk = true}
+
+local function bury(body, reason, message_id, count, fields)
+  local entry = {'b', body, 'r', reason, 'o', message_id, 'c', count, 't', stamp()}
+  if fields and flow_of(fields) then
+    for i = 1, #fields, 2 do
+      if FLOW_FIELDS[fields[i]] then
+        entry[#entry + 1] = fields[i]
+        entry[#entry + 1] = fields[i + 1]
+      end
+    end
+  end
+  local dead_id = redis.call('XADD', dead, '*', unpack(entry))
   redis.call('HSET', dead_ids, message_id, dead_id)
 end
 
@@ -263,11 +275,11 @@ for i = 7, #ARGV, 6 do
         status = 1
       end
     elseif op == 'dead' then
-      local body
+      local body, fields
       if string.sub(override, 1, 1) == '=' then
         body = string.sub(override, 2)
       else
-        local fields = fields_of(id)
+        fields = fields_of(id)
         body = body_of(fields)
         free_unique(fields, message_id)
         if flowed then
@@ -276,7 +288,7 @@ for i = 7, #ARGV, 6 do
       end
       complete(id, message_id)
       forget(id, message_id)
-      bury(body, arg, message_id, reported)
+      bury(body, arg, message_id, reported, fields)
       status = 1
     else
       return redis.error_reply('ERR unknown fenced operation ' .. tostring(op))
