@@ -8,8 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from taskrunner.queue import AddRequest, Delivery, Flow
-from taskrunner_backends.redis import RedisStreamsQueue
-from taskrunner_backends.redis import receiving
+from taskrunner_backends.redis import RedisStreamsQueue, receiving
 from taskrunner_backends.redis.keys import namespace_pattern
 from taskrunner_backends.redis.testing import age_lease
 
@@ -126,10 +125,12 @@ async def test_release_with_a_delay_waits_from_its_due_time(
     [two] = await take(redis_queue)
     assert two.body == b"2"
     state = (await redis_queue.lookup_messages([one.message_id]))[0]
-    assert state is not None and state.state == "delayed"
+    assert state is not None
+    assert state.state == "delayed"
     assert await redis_queue.ack([two]) == []
     [back] = await take(redis_queue, wait=DEADLINE_SECONDS)
-    assert back.body == b"1" and back.delivery_count == 2
+    assert back.body == b"1"
+    assert back.delivery_count == 2
     assert await server_ms(redis_queue) - released_at >= 300 - P * 1000
 
 
@@ -150,7 +151,8 @@ async def test_cancel_removes_a_waiting_message_and_frees_nothing(
     ids = [a.message_id for a in added]
     [one] = await take(redis_queue)
     [state] = await redis_queue.lookup_messages([ids[1]])
-    assert state is not None and state.state == "ready"
+    assert state is not None
+    assert state.state == "ready"
     # In flight: not cancellable; waiting: cancelled, never delivered.
     assert await redis_queue.cancel([ids[0], ids[1], ids[1]]) == [False, True, False]
     assert await redis_queue.len() == 2
@@ -250,7 +252,8 @@ async def test_a_delayed_message_with_a_flow_waits_from_its_due_time(
         [AddRequest(body=b"d", delay_seconds=0.3, flow=Flow(key="a", concurrency=1))]
     )
     [state] = await redis_queue.lookup_messages([added.message_id])
-    assert state is not None and state.state == "delayed"
+    assert state is not None
+    assert state.state == "delayed"
     assert await take(redis_queue) == []
     [d] = await take(redis_queue, wait=DEADLINE_SECONDS)
     assert (d.message_id, d.delivery_count) == (added.message_id, 1)
@@ -275,14 +278,14 @@ async def test_concurrent_receivers_never_exceed_the_limit(
     redis_url: str, redis_namespace: str, redis_queue: RedisStreamsQueue
 ) -> None:
     limit, total = 3, 30
-    await redis_queue.add_requests(flowed("a", [b"%d" % i for i in range(total)], concurrency=limit))
+    await redis_queue.add_requests(
+        flowed("a", [b"%d" % i for i in range(total)], concurrency=limit)
+    )
     handles = [open_queue(redis_url, redis_namespace) for _ in range(4)]
     try:
         done: list[bytes] = []
         for _ in range(total):
-            batches = await asyncio.gather(
-                *(take(handles[i % len(handles)], 2) for i in range(12))
-            )
+            batches = await asyncio.gather(*(take(handles[i % len(handles)], 2) for i in range(12)))
             held = [d for batch in batches for d in batch]
             assert len(held) <= limit
             if not held:
@@ -314,7 +317,8 @@ async def test_a_blocked_receive_wakes_when_a_slot_is_freed(
         waiting = asyncio.ensure_future(take(other, 5, wait=DEADLINE_SECONDS))
         deadline = loop.time() + DEADLINE_SECONDS
         while not other._blocking:  # bounded: until the receive is in its blocking read
-            assert loop.time() < deadline and not waiting.done()
+            assert loop.time() < deadline
+            assert not waiting.done()
             await asyncio.sleep(0.005)
         acked_at = loop.time()
         assert await redis_queue.ack([one]) == []
@@ -339,7 +343,8 @@ async def test_a_blocked_receive_wakes_for_a_new_waiting_message(
         waiting = asyncio.ensure_future(take(other, 5, wait=DEADLINE_SECONDS))
         deadline = loop.time() + DEADLINE_SECONDS
         while not other._blocking:
-            assert loop.time() < deadline and not waiting.done()
+            assert loop.time() < deadline
+            assert not waiting.done()
             await asyncio.sleep(0.005)
         added_at = loop.time()
         await redis_queue.add_requests(flowed("a", [b"1"], concurrency=1))
@@ -360,3 +365,32 @@ async def test_plain_receive_runs_no_admission(redis_queue: RedisStreamsQueue) -
     assert d.body == b"p"
     assert trips["receive"] == 1
     assert await flow_keys(redis_queue) == []
+
+
+async def test_browse_lists_waiting_messages_after_the_streams_once_each(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    await redis_queue.add([b"p1", b"p2"])
+    added = await redis_queue.add_requests(flowed("a", [b"1", b"2", b"3"], concurrency=1))
+    await redis_queue.add([b"p3"])
+    listed = []
+    after = None
+    for _ in range(10):
+        page = await redis_queue.browse_messages("waiting", after=after, limit=2)
+        listed += page
+        if len(page) < 2:
+            break
+        after = page[-1].cursor
+    assert [m.body for m in listed] == [b"p1", b"p2", b"p3", b"1", b"2", b"3"]
+    assert [m.message_id for m in listed[3:]] == [a.message_id for a in added]
+    assert all(m.delivery_count == 0 and m.consumer is None for m in listed)
+    # Browsing changed nothing: the plain ones first, then one admission.
+    got = await take(redis_queue)
+    assert [d.body for d in got] == [b"p1", b"p2", b"p3", b"1"]
+    flow_page = await redis_queue.browse_messages("waiting")
+    assert [m.body for m in flow_page] == [b"2", b"3"]
+    running = await redis_queue.browse_messages("in_flight")
+    assert [m.body for m in running] == [b"p1", b"p2", b"p3", b"1"]
+    assert running[-1].message_id == added[0].message_id
+    with pytest.raises(ValueError, match="flow cursor"):
+        await redis_queue.browse_messages("waiting", after="wx")
