@@ -52,8 +52,9 @@ class BrowseMixin(QueueBase):
         its delay is over; then the messages waiting for flow control's admission, in the
         order they started to wait (cursor ``w<number>``). In flight: the group's PEL
         from the cursor, with the holder, idle time and lease from its group consumer
-        name, the delivery count its entry's base plus the PEL's. An entry that is not a taskrunner message is listed with its
-        fields as JSON for a body (receive dead-letters it); one whose payload was
+        name, the delivery count its entry's base plus the PEL's. An entry that is not
+        a taskrunner message is listed with its fields as JSON for a body (receive
+        dead-letters it); one whose payload was
         deleted while pending with an empty body. With `body_bytes`, the script cuts
         each entry's body field on the server (``string.sub``), so a page sends about
         ``limit * body_bytes`` bytes however large the bodies; the fields of an entry
