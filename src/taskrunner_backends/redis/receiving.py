@@ -20,6 +20,20 @@ holding a ring leaves it pending in the bell's group, where `remove_consumers` a
 `remove_idle_consumers` clear it, and the others still recheck every
 `DELAYED_RECHECK_SECONDS`. Rings never count in `stats` or `len`.
 
+Flow control (`taskrunner.queue_flow`). Messages added with a flow wait in per-key
+lines (see `keys`) outside the stream. The receive script also says, for one EXISTS on
+a queue without flows, whether a flow key may admit now, and counts down to the next
+rate-blocked key's time as to a due delayed message (a blocked read ends then). When
+the receive's own read left room, one more script (``lua/admit.lua``) leases the ready
+messages that arrived meanwhile and then admits waiting messages for the rest:
+round-robin over the admissible keys (least recently served first), FIFO within a
+key, each key's concurrency counted in ``f:held`` and its rate by GCRA on the
+server's clock; what it admits it leases to the receive in the same script. So a
+queue without flows pays one EXISTS per receive, and a message is admitted only by a
+receive that takes it. Scripts that make a key admissible (a new waiting message of
+an idle key, a slot freed by ack, dead letter or release, a cancel that changes a
+blocked key's head) ring the doorbell, which wakes one blocked receive.
+
 Reclaim. `reclaim` pages through the PEL with ``XPENDING`` from a cursor kept on the
 queue object (restarting at the oldest entry when it reaches the end), at most
 `RECLAIM_SCAN_BUDGET` entries per call, so lapsed entries behind many live ones are
