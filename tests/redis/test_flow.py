@@ -394,3 +394,27 @@ async def test_browse_lists_waiting_messages_after_the_streams_once_each(
     assert running[-1].message_id == added[0].message_id
     with pytest.raises(ValueError, match="flow cursor"):
         await redis_queue.browse_messages("waiting", after="wx")
+
+
+async def test_one_admission_call_judges_a_bounded_number_of_blocked_keys(
+    redis_queue: RedisStreamsQueue,
+) -> None:
+    keys = 1100
+    requests = [
+        AddRequest(body=b"%d" % i, flow=Flow(key=f"k{i}", concurrency=1))
+        for i in range(keys)
+        for _ in range(2)
+    ]
+    await redis_queue.add_requests(requests)
+    first = await take(redis_queue, keys)
+    assert len(first) == keys  # one per key; every key still waits with its second
+    ring = redis_queue.keys.flow_prefix + "ring"
+    assert await redis_queue._raw.call("zcard", "ZCARD", ring) == keys
+    # Every key is blocked on its slot: one call moves at most 10 + 1000 out of the ring.
+    assert await take(redis_queue, 10) == []
+    assert await redis_queue._raw.call("zcard", "ZCARD", ring) == keys - 1010
+    assert await take(redis_queue, 10) == []
+    assert await redis_queue._raw.call("zcard", "ZCARD", ring) == 0
+    assert await redis_queue.ack(first[-1:]) == []
+    [second] = await take(redis_queue, 10)
+    assert second.body == first[-1].body

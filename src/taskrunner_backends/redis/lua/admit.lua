@@ -3,8 +3,9 @@
 -- KEYS: 1 stream, 2 dead (unused), 3 delayed (unused), 4 parked stream, 5 origins hash,
 --       6 doorbell stream, 7 moved hash, 8 uniques (unused), 9 dead ids (unused)
 -- ARGV: 1 group, 2 consumer (with its lease suffix), 3 most messages, 4 flow prefix
--- Returns {ms until the next rate-blocked key may admit or -1, {entry id, fields}, ...}:
---   the entries leased to the consumer, ready ones first, each read by XREADGROUP here.
+-- Returns {ms until the next rate-blocked key may admit or -1 (0: keys are left to
+--   judge, see BLOCKED_BUDGET), {entry id, fields}, ...}: the entries leased to the
+--   consumer, ready ones first, each read by XREADGROUP here.
 --
 -- A receive runs this only when its own read left room and its receive script said a
 -- flow key may admit, so a queue without flows never runs it. Everything happens in
@@ -30,6 +31,10 @@ local p = flow.prefix
 -- Float slack on GCRA's comparison (ms), so an admission exactly one interval later is
 -- not refused for a rounding error of the sum.
 local EPSILON = 1e-6
+-- Most keys one call moves out of the ring (blocked) besides those it admits from, so
+-- that one script never runs long however many keys became blocked at once; the rest
+-- are judged by the next call, which the reply's 0 asks for at once.
+local BLOCKED_BUDGET = 1000
 
 local out = {-1}
 
@@ -61,9 +66,14 @@ if need > 0 then
     redis.call('ZADD', p .. 'ring', redis.call('HGET', p .. 'turn', k) or 0, k)
   end
 
-  local admitted = 0
+  local admitted, steps = 0, 0
   local origin_pairs, moved_pairs, held_pairs, gone = {}, {}, {}, {}
   while admitted < need do
+    steps = steps + 1
+    if steps > need + BLOCKED_BUDGET then
+      out[1] = 0
+      break
+    end
     local first = redis.call('ZRANGE', p .. 'ring', 0, 0, 'WITHSCORES')
     if #first == 0 then
       break
@@ -150,7 +160,7 @@ if need > 0 then
 end
 
 local wake = flow_first_score(p .. 'rate')
-if wake then
+if wake and out[1] ~= 0 then
   out[1] = math.max(0, math.ceil(wake - now))
 end
 return out
