@@ -63,27 +63,80 @@ async def test_a_flow_keys_messages_all_go_to_its_shard_and_its_limit_holds(
         await queue.aclose()
 
 
-async def test_flows_that_no_shard_could_hold_exactly_are_refused(
+async def test_a_shared_rate_key_routes_its_flows_to_one_shard_and_both_limits_hold(
+    cluster: tuple[RedisClusterHarness, str],
+) -> None:
+    queue = await _open(cluster)
+    try:
+        # Per-customer concurrency 1 under one rate of the task (burst 3, then 1 / 1000 s).
+        def call(customer: str, body: bytes) -> AddRequest:
+            flow = Flow(key=f"call:{customer}", concurrency=1, rate=0.001, burst=3, rate_key="call")
+            return AddRequest(body=body, flow=flow)
+
+        added = await queue.add_requests(
+            [
+                call("a", b"a1"),
+                call("a", b"a2"),
+                call("b", b"b1"),
+                call("c", b"c1"),
+                call("d", b"d1"),
+            ]
+        )
+        shards = set()
+        for a in added:
+            split = split_id(a.message_id, 3)
+            assert split is not None
+            shards.add(split[0])
+        assert shards == {_hash_shard("call", 3)}
+        got = await queue.receive("w", max_messages=10, wait_seconds=0, lease_seconds=30)
+        # The rate allows 3; a's concurrency 1 keeps a2 waiting whatever the rate says.
+        assert sorted(d.body for d in got) == [b"a1", b"b1", b"c1"]
+        assert await queue.ack(got) == []
+        assert await queue.receive("w", max_messages=10, wait_seconds=0, lease_seconds=30) == []
+    finally:
+        await queue.aclose()
+
+
+async def test_a_second_route_for_a_flow_key_is_refused_before_anything_is_added(
     cluster: tuple[RedisClusterHarness, str],
 ) -> None:
     queue = await _open(cluster)
     try:
         good = AddRequest(body=b"good")
-        shared_rate = AddRequest(body=b"x", flow=Flow(key="a", rate=1.0, rate_key="global"))
-        with pytest.raises(ValueError, match="rate_key"):
-            await queue.add_requests([good, shared_rate])
-        elsewhere = AddRequest(body=b"x", partition_key="p", flow=Flow(key="a"))
+        shared = Flow(key="k", rate=1.0, rate_key="global")
+        assert (await queue.add_requests([AddRequest(body=b"1", flow=shared)]))[0].added
+        before = await queue.len()
+        for other in (
+            Flow(key="k"),  # routed by the key itself
+            Flow(key="k", rate=1.0),  # its rate counts on the key
+            Flow(key="k", rate=1.0, rate_key="elsewhere"),
+        ):
+            with pytest.raises(ValueError, match="routed by 'global'"):
+                await queue.add_requests([good, AddRequest(body=b"x", flow=other)])
+            with pytest.raises(ValueError, match="routed by 'global'"):
+                await queue.add_relayed(
+                    [AddRequest(body=b"x", flow=other)], ["r1"], record_seconds=60
+                )
+        # Two routes for one new key within one batch.
+        with pytest.raises(ValueError, match="routed by"):
+            await queue.add_requests(
+                [
+                    AddRequest(body=b"x", flow=Flow(key="n")),
+                    AddRequest(body=b"y", flow=Flow(key="n", rate=1.0, rate_key="global")),
+                ]
+            )
         with pytest.raises(ValueError, match="partition_key"):
-            await queue.add_requests([good, elsewhere])
-        with pytest.raises(ValueError, match="rate_key"):
-            await queue.add_relayed([shared_rate], ["r1"], record_seconds=60)
-        assert await queue.len() == 0
-        # The rate counting on the key itself, or a partition key equal to it, is fine.
-        own = [
-            AddRequest(body=b"1", flow=Flow(key="a", rate=1.0, rate_key="a")),
-            AddRequest(body=b"2", partition_key="a", flow=Flow(key="a")),
+            await queue.add_requests([AddRequest(body=b"x", partition_key="k", flow=shared)])
+        assert await queue.len() == before
+        # The same route again, and a partition key equal to it, are fine.
+        again = [
+            AddRequest(body=b"2", flow=shared),
+            AddRequest(body=b"3", partition_key="global", flow=shared),
         ]
-        assert all(a.added for a in await queue.add_requests(own))
+        assert all(a.added for a in await queue.add_requests(again))
+        # Purge forgets the routes with the messages.
+        await queue.purge()
+        assert (await queue.add_requests([AddRequest(body=b"4", flow=Flow(key="k"))]))[0].added
     finally:
         await queue.aclose()
 

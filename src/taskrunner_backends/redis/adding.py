@@ -209,6 +209,23 @@ class AddingMixin(QueueBase):
                 flags[index] = _as_int(flag) == 1
         return flags
 
+    async def record_flow_routes(self, routes: dict[str, str]) -> dict[str, str]:
+        """Record each flow key's route here unless it has one; the route each key has.
+
+        A `PartitionedQueue` calls it on each flow key's own shard (``f:route``) before
+        adding, so one key's messages never go to two shards. Check and record are
+        one script, so of two racing adds with different routes one records its route.
+        """
+        await self._ready()
+        keys = list(routes)
+        reply = await self._script(
+            "add requests",
+            "flow_route",
+            (f"{self._keys.flow_prefix}route",),
+            [item for key in keys for item in (key, routes[key])],
+        )
+        return {key: _as_str(route) for key, route in zip(keys, reply, strict=True)}
+
     def _durability(self) -> list[tuple[Arg, ...]]:
         """The command that waits for a replica, sent after an add on the same connection."""
         timeout_ms = round(DURABLE_WAIT_SECONDS * 1000)

@@ -43,6 +43,9 @@ Flow control (`taskrunner.queue_flow`) keeps its state under ``{namespace}:{{{qu
     f:tat        each rate key's theoretical arrival time (zset: rate key -> server ms;
                  an entry in the past is the same as none and is pruned)
     f:adm        the admitted messages holding a slot (hash: message id -> flow key)
+    f:route      on a partitioned queue, the key that routes each flow key's messages
+                 (hash: flow key -> its rate key, or itself), kept on the flow key's
+                 own shard (see `partitioned_delivery`)
 
 A waiting message's body is a parked-stream entry, as a delayed message's is (``moved``
 maps its id to it), so its id stays the one `add_requests` returned through admission.

@@ -51,7 +51,8 @@ def _load(name: str) -> Script:
 #: each entry judged by its holder's lease), stats, the admin operations, consumer GC,
 #: the worker registry, the test hook age_lease, clear (purge and delete_queue), the
 #: scheduling and leadership parts (add_requests, cancel, leadership), and the results
-#: and lookup parts (results: put and delete; lookup), and the browse part (browse).
+#: and lookup parts (results: put and delete; lookup), and the browse part (browse);
+#: flow_route: a partitioned queue's record of each flow key's route.
 SCRIPTS: dict[str, Script] = {
     name: _load(name)
     for name in (
@@ -72,5 +73,6 @@ SCRIPTS: dict[str, Script] = {
         "results",
         "lookup",
         "browse",
+        "flow_route",
     )
 }

@@ -38,7 +38,7 @@ local function clear_flow()
   end
   redis.call('DEL', fprefix .. 'seq', fprefix .. 'waiting', fprefix .. 'ring',
     fprefix .. 'slot', fprefix .. 'rate', fprefix .. 'turn', fprefix .. 'held',
-    fprefix .. 'tat', fprefix .. 'adm')
+    fprefix .. 'tat', fprefix .. 'adm', fprefix .. 'route')
 end
 
 local function delete_indexed(index, prefix)
