@@ -41,6 +41,7 @@ from taskrunner.errors import (
 )
 from taskrunner.failure import FailedTaskHandler, TaskFailure
 from taskrunner.leader import LeaderElector
+from taskrunner.limits import FlowKeyError
 from taskrunner.messages import Envelope
 from taskrunner.producer import Dispatched, DispatchedList, Producer
 from taskrunner.queue import (
@@ -52,6 +53,7 @@ from taskrunner.queue import (
     DeadLetter,
     Delivery,
     FireRecord,
+    Flow,
     LeaderLease,
     Leadership,
     MessageLookup,
@@ -95,6 +97,8 @@ __all__ = [
     "Envelope",
     "FailedTaskHandler",
     "FireRecord",
+    "Flow",
+    "FlowKeyError",
     "LeaderElector",
     "LeaderLease",
     "Leadership",

@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar, get_type_hints, overload
 
 from taskrunner.codec import PayloadCodec, encode_envelope
 from taskrunner.errors import ConfigurationError, UnknownTaskError
+from taskrunner.limits import FlowKeyFunc, FlowOptions, FlowPolicy
 from taskrunner.messages import Envelope
 from taskrunner.names import check_queue_name
 from taskrunner.schedules import CatchUp, Schedule, Timing, check_catch_up
@@ -81,6 +82,8 @@ class Task(Generic[PayloadT]):
         result_ttl: Seconds a stored result is kept.
         result_codec: Encodes and validates return values against the function's
             return annotation (`typing.Any` when it has none).
+        flow: Its rate limit, concurrency limit and fairness key (`FlowPolicy`);
+            ``flow.active`` is False for a task without any.
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class Task(Generic[PayloadT]):
         unique_key: UniqueKeyFunc | None = None,
         store_result: bool = False,
         result_ttl: float | timedelta = DEFAULT_RESULT_TTL_SECONDS,
+        limits: FlowOptions | None = None,
     ) -> None:
         if not _TASK_NAME.fullmatch(name):
             raise ConfigurationError(
@@ -132,6 +136,7 @@ class Task(Generic[PayloadT]):
                 setting="unique_key",
             )
         self.unique_for = _unique_seconds(name, unique_for)
+        self.flow = FlowPolicy(name, **(limits or {}))
         self.unique_key = unique_key
         self.is_unique = unique_for is not None or unique_key is not None
         self.name = name
@@ -333,6 +338,12 @@ class App:
         unique_key: UniqueKeyFunc | None = None,
         store_result: bool | None = None,
         result_ttl: float | timedelta | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        rate_limit_key: FlowKeyFunc | None = None,
+        concurrency_limit: int | None = None,
+        concurrency_key: FlowKeyFunc | None = None,
+        fairness_key: FlowKeyFunc | None = None,
     ) -> _TaskDecorator: ...
 
     def task(
@@ -347,6 +358,12 @@ class App:
         unique_key: UniqueKeyFunc | None = None,
         store_result: bool | None = None,
         result_ttl: float | timedelta | None = None,
+        rate_limit: str | None = None,
+        rate_burst: int | None = None,
+        rate_limit_key: FlowKeyFunc | None = None,
+        concurrency_limit: int | None = None,
+        concurrency_key: FlowKeyFunc | None = None,
+        fairness_key: FlowKeyFunc | None = None,
     ) -> Task[Any] | _TaskDecorator:
         """Register a function as a task; use as ``@app.task`` or ``@app.task(...)``.
 
@@ -365,6 +382,22 @@ class App:
                 `Producer.status`; None takes the app's ``store_results``.
             result_ttl: How long a stored result is kept (seconds or a timedelta);
                 None takes the app's ``result_ttl``.
+            rate_limit: At most this many attempts start per period across every
+                worker and process: ``"100/s"``, ``"30/m"``, ``"5/h"``, ``"10/5s"``.
+                A message over the limit waits (it is not leased, spends no attempt).
+            rate_burst: How many may start at once before the rate applies (default 1).
+            rate_limit_key: One independent rate per ``rate_limit_key(payload)``.
+            concurrency_limit: At most this many attempts run at once across every
+                worker and process; a slot is held until the attempt's final outcome
+                or retry, and passes with a crashed worker's message to its reclaimer.
+            concurrency_key: One independent concurrency limit per
+                ``concurrency_key(payload)`` ("at most 2 per customer").
+            fairness_key: Keys that take turns (round-robin) when they have waiting
+                messages, so one key's backlog delays no other key.
+
+            Limited tasks need a backend that claims ``flow_control`` (memory, Redis,
+            Redis Cluster, PostgreSQL); a key function runs at dispatch, and its key is
+            prefixed by the task name. See docs/flow-control.md.
 
         Raises:
             ConfigurationError: A bad name or setting, or a name registered twice.
@@ -381,6 +414,14 @@ class App:
             unique_key=unique_key,
             store_result=self.store_results if store_result is None else store_result,
             result_ttl=self.result_ttl if result_ttl is None else result_ttl,
+            limits=FlowOptions(
+                rate_limit=rate_limit,
+                rate_burst=rate_burst,
+                rate_limit_key=rate_limit_key,
+                concurrency_limit=concurrency_limit,
+                concurrency_key=concurrency_key,
+                fairness_key=fairness_key,
+            ),
         )
         return decorator if func is None else decorator(func)
 
@@ -405,8 +446,10 @@ class _TaskDecorator:
         unique_key: UniqueKeyFunc | None,
         store_result: bool,
         result_ttl: float | timedelta,
+        limits: FlowOptions,
     ) -> None:
         self._app = app
+        self._limits = limits
         self._store_result = store_result
         self._result_ttl = result_ttl
         self._name = name
@@ -435,6 +478,7 @@ class _TaskDecorator:
             unique_key=self._unique_key,
             store_result=self._store_result,
             result_ttl=self._result_ttl,
+            limits=self._limits,
         )
         self._app._register(task)
         return task

@@ -470,6 +470,16 @@ class Producer:
     ) -> tuple[TransactionalAdd, list[AddRequest]]:
         """The part that writes in the caller's transaction, and the checked requests."""
         part = self._transactional()
+        if task.flow.active:
+            # Neither the outbox's rows nor the transactional insert carry a flow yet:
+            # refusing beats adding the message without its limits.
+            raise UnsupportedFeatureError(
+                f"task {task.name!r} has a rate limit, concurrency limit or fairness key, "
+                "and dispatch with connection= does not carry them yet: dispatch it "
+                "without connection= (nothing was sent)",
+                backend=type(self._queue).__name__,
+                capability="flow_control",
+            )
         if self._outbox is None:
             # The outbox takes delays and keys to the queue itself, which checks them.
             if delay_seconds > 0 or due_at is not None:
@@ -496,7 +506,9 @@ class Producer:
     ) -> list[Dispatched]:
         bodies = self._bodies(task, payloads, headers, delay_seconds, due_at)
         partitioned = partition_key is not None and scheduling_of(self._queue) is not None
-        if not unique and delay_seconds == 0.0 and due_at is None and not partitioned:
+        limited = task.flow.active
+        plain = not unique and not limited and delay_seconds == 0.0 and due_at is None
+        if plain and not partitioned:
             # The hot path: plain dispatches keep using Queue.add (and so does a
             # partition key on a backend without the Scheduling part: one partition).
             ids: list[str] = []
@@ -504,7 +516,10 @@ class Producer:
                 ids.extend(await self._queue.add(bodies[start : start + _ADD_CHUNK]))
             return [Dispatched(message_id) for message_id in ids]
         part = self._parts(
-            delayed=delay_seconds > 0 or due_at is not None, unique=unique, partitioned=partitioned
+            delayed=delay_seconds > 0 or due_at is not None,
+            unique=unique,
+            partitioned=partitioned,
+            limited=limited,
         )
         requests = self._requests(
             task, payloads, bodies, delay_seconds, due_at, unique, unique_key, partition_key
@@ -552,6 +567,7 @@ class Producer:
                 unique_key=(None if not unique else unique_key or _default_key(task, payload)),
                 unique_seconds=unique_seconds,
                 partition_key=partition_key,
+                flow=task.flow.flow_for(payload),
             )
             for payload, body in zip(payloads, bodies, strict=True)
         ]
@@ -571,13 +587,19 @@ class Producer:
             )
         return part
 
-    def _parts(self, *, delayed: bool, unique: bool, partitioned: bool) -> Scheduling:
+    def _parts(
+        self, *, delayed: bool, unique: bool, partitioned: bool, limited: bool
+    ) -> Scheduling:
         part: Scheduling | None = scheduling_of(self._queue) if partitioned else None
+        if limited:
+            part = self._scheduling(
+                "flow_control", "a task with a rate limit, concurrency limit or fairness key"
+            )
         if delayed:
             part = self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
         if unique:
             part = self._scheduling("unique_add", "unique dispatch")
-        assert part is not None  # called only for a delayed, unique or partitioned dispatch
+        assert part is not None  # called only for a delayed, unique, limited or partitioned one
         return part
 
     def _scheduling(self, capability: str, what: str) -> Scheduling:

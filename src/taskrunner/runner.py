@@ -42,7 +42,7 @@ from taskrunner.attempts import BuiltinObserver, combine
 from taskrunner.clock import Clock, SystemClock, wait_event
 from taskrunner.codec import decode_envelope
 from taskrunner.config import RunnerConfig
-from taskrunner.errors import BackendError, DecodeError
+from taskrunner.errors import BackendError, DecodeError, UnsupportedFeatureError
 from taskrunner.executor import Executor
 from taskrunner.fetcher import Fetcher
 from taskrunner.heartbeat import LeaseKeeper
@@ -245,6 +245,7 @@ class Runner:
         if self._started:
             raise RuntimeError("a Runner runs once; create a new Runner to run again")
         self._started = True
+        self._check_flow_control()
         config = self.config
         wait_seconds = (
             min(config.block_seconds, _BURST_POLL_SECONDS) if burst else config.block_seconds
@@ -314,6 +315,20 @@ class Runner:
             if self._threads is not None:
                 self._threads.shutdown(wait=False, cancel_futures=True)
             log_fields(_log, logging.INFO, "worker stopped", _stop_fields(self.stats()))
+
+    def _check_flow_control(self) -> None:
+        """Refuse to start when a task's limits would not hold on this backend."""
+        limited = sorted(t.name for t in self._app.tasks.values() if t.flow.active)
+        if limited and not self._queue.capabilities.flow_control:
+            backend = type(self._queue).__name__
+            raise UnsupportedFeatureError(
+                f"task(s) {', '.join(map(repr, limited))} declare a rate limit, concurrency "
+                f"limit or fairness key, which needs a backend claiming the "
+                f"'flow_control' capability; {backend} does not, so the worker did not "
+                "start (docs/flow-control.md)",
+                backend=backend,
+                capability="flow_control",
+            )
 
     def _make_scheduler(self) -> Scheduler | None:
         if not self._app.schedules:

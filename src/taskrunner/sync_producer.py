@@ -478,7 +478,7 @@ class SyncProducer:
         if blocking is None:
             return None  # not opened yet (the first call opens it), or none offered
         resolved = self._app.get_task(task) if isinstance(task, str) else task
-        return None if resolved.is_unique else blocking
+        return None if resolved.is_unique or resolved.flow.active else blocking
 
     def _in_transaction(
         self,
