@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
+import redis.asyncio as aioredis
 
 from taskrunner.queue import AddRequest, Delivery, Flow
 from taskrunner_backends.redis import RedisStreamsQueue, receiving
+from taskrunner_backends.redis.client import RawClient
 from taskrunner_backends.redis.keys import namespace_pattern
 from taskrunner_backends.redis.testing import age_lease
+from tests.servers import RedisServer
 
 from .helpers import DEADLINE_SECONDS, open_queue
+from .test_acl import documented_acl
 
 pytestmark = pytest.mark.redis
 
@@ -418,3 +422,51 @@ async def test_one_admission_call_judges_a_bounded_number_of_blocked_keys(
     assert await redis_queue.ack(first[-1:]) == []
     [second] = await take(redis_queue, 10)
     assert second.body == first[-1].body
+
+
+async def test_flow_control_works_with_the_documented_acl(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_server_factory()
+    commands, pattern = documented_acl()
+    admin = RawClient(aioredis.Redis.from_url(server.url))
+    try:
+        known = await admin.call("command info", "COMMAND", "INFO", *commands)
+        allowed = [f"+{c.lower()}" for c, info in zip(commands, known, strict=True) if info]
+        rules = ["on", ">pw", "resetkeys", pattern.replace("namespace", "aclns"), "-@all"]
+        await admin.call("acl", "ACL", "SETUSER", "worker", *rules, *allowed)
+    finally:
+        await admin.client.aclose()
+    url = f"redis://worker:pw@127.0.0.1:{server.port}/0"
+    queue = RedisStreamsQueue(
+        aioredis.Redis.from_url(url), queue_name="q", namespace="aclns", owns_client=True
+    )
+    try:
+        limits = {"concurrency": 1, "rate": 1000.0, "burst": 5}
+        added = await queue.add_requests(
+            [
+                *flowed("a", [b"1", b"2", b"3"], **limits),
+                AddRequest(body=b"d", delay_seconds=0.05, flow=Flow(key="b")),
+            ]
+        )
+        assert (await queue.stats()).ready == 3
+        assert await queue.len() == 4
+        assert len(await queue.browse_messages("waiting")) == 3
+        assert (await queue.lookup_messages([added[1].message_id]))[0] is not None
+        assert await queue.cancel([added[2].message_id]) == [True]
+        got: list[Delivery] = []
+        while len(got) < 2:
+            got += await queue.receive("w", max_messages=5, wait_seconds=5, lease_seconds=60)
+        assert sorted(d.body for d in got) == [b"1", b"d"]
+        assert await queue.release(got[:1]) == []
+        assert await queue.ack(got[1:]) == []
+        [again] = await queue.receive("w", max_messages=5, wait_seconds=5, lease_seconds=60)
+        assert await queue.dead_letter([again], reason="r") == []
+        [letter] = await queue.list_dead_letters()
+        assert len(await queue.retry_dead_letters([letter.message_id])) == 1
+        assert await age_lease(queue, (await take(queue))[0], 120)
+        assert len(await queue.reclaim("t", lease_seconds=60, max_messages=5)) == 1
+        assert await queue.purge() == 2
+        await queue.delete_queue()
+    finally:
+        await queue.aclose()
