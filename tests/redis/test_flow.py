@@ -470,3 +470,29 @@ async def test_flow_control_works_with_the_documented_acl(
         await queue.delete_queue()
     finally:
         await queue.aclose()
+
+
+async def test_blocked_receives_hand_admissible_keys_on_to_each_other(
+    redis_url: str,
+    redis_namespace: str,
+    redis_queue: RedisStreamsQueue,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(receiving, "DELAYED_RECHECK_SECONDS", 30.0)
+    handles = [open_queue(redis_url, redis_namespace) for _ in range(3)]
+    try:
+        loop = asyncio.get_running_loop()
+        waiting = [asyncio.ensure_future(take(h, 1, wait=DEADLINE_SECONDS)) for h in handles]
+        deadline = loop.time() + DEADLINE_SECONDS
+        while not all(h._blocking for h in handles):
+            assert loop.time() < deadline
+            await asyncio.sleep(0.005)
+        added_at = loop.time()
+        # One add rings the doorbell once; each receive it wakes takes one and hands on.
+        await redis_queue.add_requests(flowed("a", [b"1", b"2", b"3"]))
+        got = await asyncio.gather(*waiting)
+        assert sorted(d.body for batch in got for d in batch) == [b"1", b"2", b"3"]
+        assert loop.time() - added_at < 5
+    finally:
+        for h in handles:
+            await h.aclose()

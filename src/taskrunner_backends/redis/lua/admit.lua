@@ -157,6 +157,11 @@ if need > 0 then
     -- The stream held no ready entry after the read above: this reads exactly them.
     read(admitted)
   end
+  if admitted == need and redis.call('EXISTS', p .. 'ring') == 1 then
+    -- This receive is full and keys may still admit: wake another blocked receive, as
+    -- new stream entries wake every blocked reader (each one woken so hands on).
+    flow_ring()
+  end
 end
 
 local wake = flow_first_score(p .. 'rate')
