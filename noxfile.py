@@ -140,6 +140,17 @@ def bench_outbox(session: nox.Session) -> None:
     session.run("python", "bench/outbox.py", *session.posargs)
 
 
+@nox.session(name="bench-flow-fairness")
+def bench_flow_fairness(session: nox.Session) -> None:
+    """Small keys behind one key's backlog, with and without turns (bench/flow_fairness.py).
+
+    Not a default session; a few seconds on memory:// (the default), under a minute on
+    Redis or PostgreSQL: ``nox -s bench-flow-fairness -- redis://127.0.0.1:6379/0``.
+    """
+    install(session, "test", extras="[postgres]")
+    session.run("python", "bench/flow_fairness.py", *session.posargs)
+
+
 @nox.session(name="tuning-sim")
 def tuning_sim(session: nox.Session) -> None:
     """Tuning mode under noise over 20 seeds (bench/tuning_sim.py); about 70 s.

@@ -246,3 +246,50 @@ async def test_a_worker_starts_a_rate_limited_task_no_faster_than_its_rate() -> 
     # Any one-second window holds at most rate + burst starts.
     for at in starts:
         assert sum(at <= t < at + 1.0 for t in starts) <= 10 + 3
+
+
+async def test_status_says_what_a_waiting_message_waits_for() -> None:
+    clock = FakeClock()
+    app = App("limits")
+
+    @app.task(name="sync", concurrency_limit=1, concurrency_key=lambda job: job.customer)
+    async def sync(job: Job) -> None: ...
+
+    @app.task(name="api", rate_limit="1/s")
+    async def api(job: Job) -> None: ...
+
+    @app.task(name="later")
+    async def later(job: Job) -> None: ...
+
+    queue = InMemoryQueue(clock=clock)
+    producer = Producer(queue, app, clock=clock)
+    holder, behind = await producer.dispatch_many(sync, [Job("acme"), Job("acme")])
+    first_api, second_api = await producer.dispatch_many(api, [Job("x"), Job("x")])
+    delayed = await producer.dispatch(later, Job("x"), delay=30)
+
+    # Before any worker: the holder waits for its turn, and no worker receives.
+    status = await producer.status(holder)
+    assert status.waiting_for == (
+        "its turn in 'sync:acme': the next receive that reaches the key admits it; "
+        "no worker has received from this queue"
+    )
+    got = await queue.receive("w-1", max_messages=10, wait_seconds=0, lease_seconds=30)
+    assert sorted(d.message_id for d in got) == sorted([holder, first_api])
+
+    await clock.advance(0.25)
+    slot, rate, due, running = await producer.status_many([behind, second_api, delayed, holder])
+    assert slot.waiting_for == (
+        f"a concurrency slot of 'sync:acme', held by {holder} "
+        "(running on w-1, last heard 0.2 s ago)"
+    )
+    assert rate.waiting_for is not None
+    assert rate.waiting_for.startswith("the rate limit of 'api': next admission at ")
+    assert rate.waiting_for.endswith(".000+00:00")  # one second after the first's
+    assert due.waiting_for is not None
+    assert due.waiting_for.startswith("its due time (")
+    assert running.waiting_for is None
+
+    await clock.advance(120)
+    stale = await producer.status(behind)
+    assert stale.waiting_for is not None
+    assert stale.waiting_for.endswith("; no worker has received from this queue for 120 s")

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import uuid
@@ -27,7 +28,10 @@ from taskrunner.errors import TaskFailedError, UnsupportedFeatureError
 from taskrunner.messages import Envelope
 from taskrunner.queue import (
     AddRequest,
+    MessageLookup,
+    MessageState,
     Queue,
+    QueueStats,
     ResultStore,
     Scheduling,
     TransactionalAdd,
@@ -36,7 +40,14 @@ from taskrunner.queue import (
     scheduling_of,
     transactional_of,
 )
-from taskrunner.results import TaskState, TaskStatus, decode_result, result_value, statuses
+from taskrunner.results import (
+    TaskState,
+    TaskStatus,
+    decode_result,
+    result_value,
+    statuses,
+    waiting_text,
+)
 from taskrunner.tracing import dispatching
 
 __all__ = ["Dispatched", "DispatchedList", "Producer", "encode_message"]
@@ -385,7 +396,36 @@ class Producer:
             return []
         states = await lookup.lookup(ids) if lookup is not None else [None] * len(ids)
         stored = await store.get_results(ids) if store is not None else [None] * len(ids)
-        return statuses(ids, states, stored)
+        found = statuses(ids, states, stored)
+        if lookup is None or not any(s is not None and s.state == "ready" for s in states):
+            return found
+        return await self._explain_waits(lookup, found, states)
+
+    async def _explain_waits(
+        self,
+        lookup: MessageLookup,
+        found: list[TaskStatus],
+        states: Sequence[MessageState | None],
+    ) -> list[TaskStatus]:
+        """Name the holders of full slots, and say when no worker receives lately."""
+        holder_ids = sorted(
+            {i for s in states if s is not None and s.waiting for i in s.waiting.holders}
+        )
+        holders = {
+            i: h
+            for i, h in zip(holder_ids, await lookup.lookup(holder_ids), strict=True)
+            if h is not None
+        }
+        idle = _consumers_idle(await self._queue.stats())
+        explained = []
+        for status, state in zip(found, states, strict=True):
+            if state is not None and state.state == "ready":
+                text = waiting_text(state, holders)
+                if idle is not None:
+                    text = f"{text}; {idle}"
+                status = dataclasses.replace(status, waiting_for=text)
+            explained.append(status)
+        return explained
 
     def _result_store(self) -> ResultStore:
         store = results_of(self._queue)
@@ -694,6 +734,21 @@ def _options(
     if key is not None and (not isinstance(key, str) or not key):
         raise ValueError(f"partition_key must be a non-empty str, got {partition_key!r}")
     return delay_seconds, due_at, unique_key is not None or task.is_unique
+
+
+# A queue whose every consumer has been idle this long is said to have no worker
+# receiving (a live worker's fetchers receive at least every block_seconds).
+_IDLE_CONSUMERS_SECONDS = 60.0
+
+
+def _consumers_idle(stats: QueueStats) -> str | None:
+    """A note that no worker has received lately, when none has; else None."""
+    idle = [c.idle_seconds for c in stats.consumers if c.idle_seconds is not None]
+    if not stats.consumers:
+        return "no worker has received from this queue"
+    if idle and min(idle) >= _IDLE_CONSUMERS_SECONDS:
+        return f"no worker has received from this queue for {min(idle):.0f} s"
+    return None
 
 
 def _check_id(message_id: object) -> None:

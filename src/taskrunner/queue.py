@@ -88,7 +88,7 @@ from taskrunner.queue_extensions import (
     results_of,
     scheduling_of,
 )
-from taskrunner.queue_flow import Flow
+from taskrunner.queue_flow import Flow, FlowWait
 from taskrunner.queue_transactional import TransactionalAdd, transactional_of
 
 __all__ = [
@@ -106,6 +106,7 @@ __all__ = [
     "Delivery",
     "FireRecord",
     "Flow",
+    "FlowWait",
     "LeaderLease",
     "Leadership",
     "MessageBrowser",

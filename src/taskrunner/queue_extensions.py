@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import msgspec
 
-from taskrunner.queue_flow import Flow
+from taskrunner.queue_flow import Flow, FlowWait
 
 if TYPE_CHECKING:
     # Only the accessors' signatures name Queue; taskrunner.queue imports this module.
@@ -395,6 +395,8 @@ class MessageState(msgspec.Struct, frozen=True, kw_only=True):
         idle_seconds: For ``running``: seconds since it was leased or last heartbeated.
         dead_reason: For ``dead``: the dead-letter reason.
         dead_at: For ``dead``: wall-clock time it was dead-lettered.
+        waiting: For ``ready``: why a message with a flow is not admitted yet, on a
+            backend that can tell (contract 2.2); None otherwise.
     """
 
     message_id: str
@@ -407,6 +409,7 @@ class MessageState(msgspec.Struct, frozen=True, kw_only=True):
     idle_seconds: float | None = None
     dead_reason: str | None = None
     dead_at: float | None = None
+    waiting: FlowWait | None = None
 
 
 class MessageLookup(Protocol):

@@ -44,10 +44,11 @@ spends no rate.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import msgspec
 
-__all__ = ["FLOW_KEY_MAX_BYTES", "Flow", "check_flow"]
+__all__ = ["FLOW_KEY_MAX_BYTES", "Flow", "FlowWait", "check_flow"]
 
 #: The longest flow or rate key, in UTF-8 bytes (a key is stored with every message).
 FLOW_KEY_MAX_BYTES = 512
@@ -78,6 +79,27 @@ class Flow(msgspec.Struct, frozen=True, kw_only=True):
     def rate_counter(self) -> str:
         """The key admissions are counted on for the rate: `rate_key`, else `key`."""
         return self.key if self.rate_key is None else self.rate_key
+
+
+class FlowWait(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a waiting message is not admitted yet, as `MessageLookup.lookup` reports it.
+
+    Attributes:
+        key: The message's flow key.
+        reason: ``"slot"``: the key's concurrency is used up (by `holders`);
+            ``"rate"``: the rate key's next admission is at `until`; ``"turn"``: it
+            may be admitted by the next receive that reaches its key (behind the
+            messages before it in its key, and other keys' turns).
+        holders: For ``"slot"``: ids of the messages holding the key's slots.
+        until: For ``"rate"``: wall-clock time (Unix seconds) the rate next allows one.
+        rate_key: For ``"rate"``: the key the rate counts on.
+    """
+
+    key: str
+    reason: Literal["slot", "rate", "turn"]
+    holders: tuple[str, ...] = ()
+    until: float | None = None
+    rate_key: str | None = None
 
 
 def _check_key(name: str, value: object) -> None:

@@ -74,6 +74,10 @@ class TaskStatus:
         idle_seconds: For ``running``: seconds since its lease was granted or heartbeated.
         finished_at: For ``succeeded``/``failed``: when the final attempt finished;
             for ``dead``: when it was dead-lettered.
+        waiting_for: For ``delayed`` and ``ready``: what the message waits for, in
+            words: its due time, a concurrency slot of its key (and who holds it), its
+            rate limit's next admission, its turn, or a worker when none has
+            received from the queue lately (docs/flow-control.md).
     """
 
     message_id: str
@@ -87,6 +91,7 @@ class TaskStatus:
     consumer: str | None = None
     idle_seconds: float | None = None
     finished_at: datetime | None = None
+    waiting_for: str | None = None
 
 
 def decode_result(body: bytes) -> ResultEnvelope:
@@ -174,7 +179,41 @@ def _from_backend(
         consumer=state.consumer if state.state == "running" else None,
         idle_seconds=state.idle_seconds if state.state == "running" else None,
         finished_at=finished_at,
+        waiting_for=waiting_text(state),
     )
+
+
+def waiting_text(
+    state: MessageState, holders: Mapping[str, MessageState] | None = None
+) -> str | None:
+    """What a delayed or ready message waits for, in words; None for any other state.
+
+    `holders` are the states of the messages holding a slot-blocked key's slots, when
+    the caller looked them up: each is then named with its consumer and idle time.
+    """
+    if state.state == "delayed":
+        due = utc_instant(state.due_at)
+        return "its due time" + (f" ({due.isoformat(timespec='milliseconds')})" if due else "")
+    if state.state != "ready":
+        return None
+    wait = state.waiting
+    if wait is None:
+        return "a worker to receive it"
+    if wait.reason == "slot":
+        held = ", ".join(_holder_text(i, (holders or {}).get(i)) for i in wait.holders)
+        return f"a concurrency slot of {wait.key!r}, held by {held or 'messages finishing'}"
+    if wait.reason == "rate":
+        until = utc_instant(wait.until)
+        at = f": next admission at {until.isoformat(timespec='milliseconds')}" if until else ""
+        return f"the rate limit of {(wait.rate_key or wait.key)!r}{at}"
+    return f"its turn in {wait.key!r}: the next receive that reaches the key admits it"
+
+
+def _holder_text(message_id: str, state: MessageState | None) -> str:
+    if state is None or state.state != "running":
+        return message_id
+    idle = "" if state.idle_seconds is None else f", last heard {state.idle_seconds:.1f} s ago"
+    return f"{message_id} (running on {state.consumer}{idle})"
 
 
 def statuses(

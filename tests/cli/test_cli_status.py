@@ -34,6 +34,11 @@ def test_inspect_id_shows_a_ready_and_a_delayed_message(run: Cli, memory_url: st
     assert "  deliveries   0\n" in blocks[0]
     assert blocks[1].startswith(f"message {delayed}  delayed\n")
     assert "  due at       " in blocks[1]
+    # Nothing has received from the queue: both say what they wait for.
+    assert (
+        "  waiting for  a worker to receive it; no worker has received from this queue" in blocks[0]
+    )
+    assert "  waiting for  its due time (" in blocks[1]
 
 
 def test_several_ids_may_follow_one_id_option(run: Cli, memory_url: str) -> None:

@@ -14,7 +14,7 @@ from taskrunner.dashboard.build import build_dashboard
 from taskrunner.dashboard.data import PAGE_SIZE, WORKERS_SHOWN
 from taskrunner.errors import BackendUnavailableError, ConfigurationError
 from taskrunner.producer import Producer
-from taskrunner.queue import Queue, WorkerInfo, leadership_of
+from taskrunner.queue import AddRequest, Flow, Queue, WorkerInfo, leadership_of
 from taskrunner.scheduler import ELECTION
 from taskrunner.testing import FakeClock
 from taskrunner_backends.memory import InMemoryQueue, open_from_url
@@ -194,6 +194,28 @@ async def test_message_status_by_id() -> None:
     assert unknown["state"] == "unknown"
     assert page.status_code == 200
     assert re.search(r"<dt>State</dt><dd>ready</dd>", page.text)
+
+
+async def test_a_message_waiting_for_a_slot_says_so_on_its_page() -> None:
+    url = memory_url()
+    queue = await open_from_url(url, queue_name="jobs")
+    part = queue.scheduling
+    assert part is not None
+    flow = Flow(key="sync:<acme>", concurrency=1)
+    holder, behind = (
+        a.message_id for a in await part.add_requests([AddRequest(body=b"x", flow=flow)] * 2)
+    )
+    await queue.receive("w-1", max_messages=5, wait_seconds=0, lease_seconds=30)
+    board = dashboard(url, ["jobs"])
+    async with client(board) as http:
+        found = (await http.get(f"/api/queues/jobs/messages/{behind}")).json()
+        page = await http.get(f"/queues/jobs?id={behind}")
+    await board.queues.aclose()
+
+    assert found["waiting_for"].startswith(
+        f"a concurrency slot of 'sync:<acme>', held by {holder} (running on w-1"
+    )
+    assert '<dd id="waiting-for">a concurrency slot of &#39;sync:&lt;acme&gt;&#39;' in page.text
 
 
 async def test_the_backend_url_is_shown_masked() -> None:

@@ -222,6 +222,7 @@ def _print_status(status: TaskStatus, out: Output) -> None:
         ("idle", None if status.idle_seconds is None else seconds(status.idle_seconds)),
         ("finished at", _iso(status.finished_at)),
         ("last error", status.last_error),
+        ("waiting for", status.waiting_for),
     ]
     for label, value in rows:
         if value is not None:

@@ -21,6 +21,7 @@ from taskrunner.queue import (
 )
 
 from ..checks import check_lookup_ids
+from .flow import _FlowGate
 from .store import _NAMED_STORES, _Handle, _Message
 
 __all__ = ["_Browsing", "_Names", "_browsed"]
@@ -56,7 +57,7 @@ class _Browsing(_Handle):
                 continue
             message = store.messages.get(message_id)
             if message is not None:
-                states.append(_state_of(message, now, wall))
+                states.append(_state_of(message, now, wall, self._store.flow))
             else:
                 states.append(self._dead_state(message_id))
         return states
@@ -159,7 +160,9 @@ def _browsed(message: _Message, now: float, wall: float) -> BrowsedMessage:
     )
 
 
-def _state_of(message: _Message, now: float, wall: float) -> MessageState:
+def _state_of(
+    message: _Message, now: float, wall: float, gate: _FlowGate[_Message]
+) -> MessageState:
     added_at = wall - (now - message.added_at)
     if message.state == "in_flight":
         return MessageState(
@@ -188,4 +191,5 @@ def _state_of(message: _Message, now: float, wall: float) -> MessageState:
         delivery_count=message.delivery_count,
         body=message.body,
         added_at=added_at,
+        waiting=gate.explain(message, now, wall) if message.waiting else None,
     )

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
-from taskrunner.queue import Flow
+from taskrunner.queue import Flow, FlowWait
 
 __all__ = ["_FlowGate"]
 
@@ -37,6 +37,7 @@ _EPSILON = 1e-9
 class _Waiter(Protocol):
     """What the gate reads and sets on a store's message (`store._Message`)."""
 
+    id: str
     added_at: float
     flow: Flow | None
     waiting: bool
@@ -51,8 +52,8 @@ class _Key(Generic[_Message]):
     name: str
     turn: int
     waiting: deque[_Message] = field(default_factory=deque)
-    # Admitted messages of this key not yet at a final outcome or released.
-    holders: int = 0
+    # Ids of admitted messages of this key not yet at a final outcome or released.
+    holders: set[str] = field(default_factory=set)
     place: Literal["ring", "slot", "rate", "idle"] = "idle"
 
 
@@ -94,7 +95,7 @@ class _FlowGate(Generic[_Message]):
         message.admitted = False
         assert message.flow is not None
         key = self.keys[message.flow.key]
-        key.holders -= 1
+        key.holders.discard(message.id)
         if key.place == "slot":
             self._to_ring(key)
             return True
@@ -119,7 +120,7 @@ class _FlowGate(Generic[_Message]):
                 continue
             flow = head.flow
             assert flow is not None
-            if flow.concurrency is not None and key.holders >= flow.concurrency:
+            if flow.concurrency is not None and len(key.holders) >= flow.concurrency:
                 key.place = "slot"
                 continue
             if flow.rate is not None:
@@ -134,7 +135,7 @@ class _FlowGate(Generic[_Message]):
             self.waiting -= 1
             head.waiting = False
             head.admitted = True
-            key.holders += 1
+            key.holders.add(head.id)
             key.turn = next(self.sequence)
             admitted.append(head)
             key.place = "idle"
@@ -152,9 +153,19 @@ class _FlowGate(Generic[_Message]):
             heapq.heappop(self.rate_blocked)
         return None
 
-    def has_admissible(self) -> bool:
-        """Whether a key is in the ring (it may admit; `admit` decides)."""
-        return bool(self.ring)
+    def explain(self, message: _Message, now: float, wall: float) -> FlowWait:
+        """Why the waiting `message` is not admitted yet (for `lookup`)."""
+        flow = message.flow
+        assert flow is not None
+        key = self.keys[flow.key]
+        if flow.concurrency is not None and len(key.holders) >= flow.concurrency:
+            return FlowWait(key=flow.key, reason="slot", holders=tuple(sorted(key.holders)))
+        wake = self._rate_wake(flow, now) if flow.rate is not None else None
+        if wake is not None:
+            return FlowWait(
+                key=flow.key, reason="rate", until=wall + (wake - now), rate_key=flow.rate_counter
+            )
+        return FlowWait(key=flow.key, reason="turn")
 
     def oldest_added_at(self) -> float | None:
         """The add time of the oldest waiting message (O(keys))."""
