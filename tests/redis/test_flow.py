@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import pytest
 import redis.asyncio as aioredis
 
-from taskrunner.queue import AddRequest, Delivery, Flow
+from taskrunner.queue import AddRequest, Delivery, Flow, FlowWait
 from taskrunner_backends.redis import RedisStreamsQueue, receiving
 from taskrunner_backends.redis.client import RawClient
 from taskrunner_backends.redis.keys import namespace_pattern
@@ -496,3 +496,43 @@ async def test_blocked_receives_hand_admissible_keys_on_to_each_other(
     finally:
         for h in handles:
             await h.aclose()
+
+
+async def test_lookup_says_why_a_message_waits(redis_queue: RedisStreamsQueue) -> None:
+    added = await redis_queue.add_requests(
+        flowed("a", [b"1", b"2"], concurrency=1)
+        + flowed("r", [b"x", b"y"], rate=0.5, rate_key="shared")
+        + flowed("t", [b"t"])
+    )
+    ids = [a.message_id for a in added]
+    [before] = await redis_queue.lookup_messages([ids[4]])
+    assert before is not None
+    assert before.waiting == FlowWait(key="t", reason="turn")
+    got = await take(redis_queue, 2)
+    assert [d.body for d in got] == [b"1", b"x"]
+    after = await server_ms(redis_queue)
+    states = await redis_queue.lookup_messages(ids)
+    assert [s.state if s else None for s in states] == [
+        "running",
+        "ready",
+        "running",
+        "ready",
+        "ready",
+    ]
+    assert states[0] is not None
+    assert states[0].waiting is None
+    assert states[1] is not None
+    assert states[1].waiting == FlowWait(key="a", reason="slot", holders=(ids[0],))
+    assert states[3] is not None
+    wait = states[3].waiting
+    assert wait is not None
+    assert (wait.key, wait.reason, wait.rate_key, wait.holders) == ("r", "rate", "shared", ())
+    # The next admission is 2 s after the first, on the server's (wall) clock.
+    assert wait.until is not None
+    assert after / 1000 + 2 - 1 < wait.until <= after / 1000 + 2
+    assert states[4] is not None
+    assert states[4].waiting == FlowWait(key="t", reason="turn")
+    assert await redis_queue.ack(got[:1]) == []
+    [freed] = await redis_queue.lookup_messages([ids[1]])
+    assert freed is not None
+    assert freed.waiting == FlowWait(key="a", reason="turn")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from taskrunner.queue import AddRequest, Flow
+from taskrunner.queue import AddRequest, Flow, FlowWait
 from taskrunner_backends.redis import PartitionedQueue, open_cluster_from_url
 from taskrunner_backends.redis.partitioned_shards import _hash_shard, split_id
 from taskrunner_backends.redis.testing import RedisClusterHarness, cluster_harness
@@ -154,5 +154,22 @@ async def test_one_shard_takes_any_flow(cluster: tuple[RedisClusterHarness, str]
         assert [d.body for d in got] == [b"a"]
         assert await queue.ack(got) == []
         assert await queue.receive("w", max_messages=5, wait_seconds=0, lease_seconds=30) == []
+    finally:
+        await queue.aclose()
+
+
+async def test_lookup_names_the_slot_holders_by_their_queue_ids(
+    cluster: tuple[RedisClusterHarness, str],
+) -> None:
+    queue = await _open(cluster)
+    try:
+        flow = Flow(key="a", concurrency=1)
+        added = await queue.add_requests([AddRequest(body=b"1", flow=flow)] * 2)
+        [held] = await queue.receive("w", max_messages=5, wait_seconds=0, lease_seconds=30)
+        assert held.message_id == added[0].message_id
+        [state] = await queue.lookup_messages([added[1].message_id])
+        assert state is not None
+        assert state.state == "ready"
+        assert state.waiting == FlowWait(key="a", reason="slot", holders=(held.message_id,))
     finally:
         await queue.aclose()

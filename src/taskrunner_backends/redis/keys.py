@@ -39,7 +39,8 @@ Flow control (`taskrunner.queue_flow`) keeps its state under ``{namespace}:{{{qu
                  ms at which GCRA next allows it)
     f:turn       each key's turn: the number of its last admission, or of its first
                  wait if it never had one (hash: key -> number; kept until purge)
-    f:held       admitted messages not yet at a final outcome, per key (hash)
+    f:h:<key>    the admitted messages of <key> not yet at a final outcome nor released:
+                 the holders of its slots (hash: message id -> 1; HLEN is the count)
     f:tat        each rate key's theoretical arrival time (zset: rate key -> server ms;
                  an entry in the past is the same as none and is pruned)
     f:adm        the admitted messages holding a slot (hash: message id -> flow key)

@@ -16,7 +16,7 @@
 --
 -- Admission (taskrunner.queue_flow): the key of f:ring with the lowest turn goes
 -- first; its head (the oldest waiting message of the key) is admitted when its own
--- concurrency has a free slot (f:held) and its own rate allows it now (GCRA on f:tat:
+-- concurrency has a free slot (f:h:<key>) and its own rate allows it now (GCRA on f:tat:
 -- tat - now <= (burst - 1) / rate; then tat = max(tat, now) + 1 / rate), else the key
 -- moves to f:slot or f:rate and the next key is tried. An admitted key takes the next
 -- number as its turn and stays in the ring if more of its messages wait. Each step is
@@ -99,8 +99,7 @@ if need > 0 then
       end
       local blocked = false
       if f['fc'] then
-        local held = tonumber(redis.call('HGET', p .. 'held', k) or '0')
-        if held >= tonumber(f['fc']) then
+        if redis.call('HLEN', p .. 'h:' .. k) >= tonumber(f['fc']) then
           redis.call('ZREM', p .. 'ring', k)
           redis.call('ZADD', p .. 'slot', turn, k)
           blocked = true
@@ -131,7 +130,6 @@ if need > 0 then
         else
           redis.call('ZREM', p .. 'ring', k)
         end
-        flow_held(k, 1)
         local new_id = redis.call('XADD', stream, '*', unpack(fields))
         local message_id, count = f['i'], f['n'] or '0'
         if message_id then
@@ -141,6 +139,7 @@ if need > 0 then
           moved_pairs[#moved_pairs + 1] = 's' .. new_id
           held_pairs[#held_pairs + 1] = message_id
           held_pairs[#held_pairs + 1] = k
+          redis.call('HSET', p .. 'h:' .. k, message_id, 1)
         end
         gone[#gone + 1] = pid
         admitted = admitted + 1

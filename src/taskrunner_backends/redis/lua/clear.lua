@@ -19,7 +19,8 @@
 -- entries never reuse a purged id (a stale receipt could otherwise match a new
 -- message). Recreating the group drops every PEL entry, so purged receipts report lost.
 -- Both clear every flow-control key: waiting messages (counted by purge), slots,
--- turns and rate times; f:turn names every key that has a line of waiting messages.
+-- turns and rate times; f:turn names every key that has had waiting messages (and
+-- so every f:q:<key> and f:h:<key>).
 
 local stream, dead, delayed, parked, origins = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local moved, uniques = KEYS[7], KEYS[8]
@@ -33,11 +34,12 @@ local function clear_flow()
     local batch = {}
     for j = i, math.min(i + 999, #turns), 2 do
       batch[#batch + 1] = fprefix .. 'q:' .. turns[j]
+      batch[#batch + 1] = fprefix .. 'h:' .. turns[j]
     end
     redis.call('DEL', unpack(batch))
   end
   redis.call('DEL', fprefix .. 'seq', fprefix .. 'waiting', fprefix .. 'ring',
-    fprefix .. 'slot', fprefix .. 'rate', fprefix .. 'turn', fprefix .. 'held',
+    fprefix .. 'slot', fprefix .. 'rate', fprefix .. 'turn',
     fprefix .. 'tat', fprefix .. 'adm', fprefix .. 'route')
 end
 

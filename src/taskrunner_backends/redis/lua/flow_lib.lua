@@ -17,17 +17,6 @@ local function flow_next()
   return seq
 end
 
--- Adds `delta` to key `k`'s count of admitted messages holding a slot; the new count.
-local function flow_held(k, delta)
-  local key = flow.prefix .. 'held'
-  local held = tonumber(redis.call('HGET', key, k) or '0') + delta
-  if held > 0 then
-    redis.call('HSET', key, k, held)
-  else
-    redis.call('HDEL', key, k)
-  end
-  return held
-end
 
 -- Wakes one blocked receive (once per script): a key may admit now.
 local function flow_ring()
@@ -75,7 +64,7 @@ local function flow_free(mid)
     return
   end
   redis.call('HDEL', p .. 'adm', mid)
-  flow_held(k, -1)
+  redis.call('HDEL', p .. 'h:' .. k, mid)
   local turn = redis.call('ZSCORE', p .. 'slot', k)
   if turn then
     redis.call('ZREM', p .. 'slot', k)
