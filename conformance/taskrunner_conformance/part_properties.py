@@ -1,7 +1,7 @@
-"""The properties of the optional parts of the contract: X40-X99.
+"""The properties of the optional parts of the contract: X40-X104.
 
 Scheduling (X40-X48), Leadership (X50-X55), ResultStore (X60-X66), MessageLookup
-(X70-X75), MessageBrowser (X80-X85) and flow control (X90-X99).
+(X70-X75), MessageBrowser (X80-X85), flow control (X90-X99) and priorities (X100-X104).
 `taskrunner_conformance.properties` joins them with the core ones into ``PROPERTIES``.
 """
 
@@ -343,6 +343,40 @@ PART_PROPERTIES += (
         "flow_arguments",
         "malformed flows (bad keys, limits below 1, rates that are no finite positive "
         "number) and, on a backend not claiming flow control, any flow add nothing",
+        "queue.scheduling",
+    ),
+    Property(
+        "X100",
+        "priority_order",
+        "messages of priorities 0 5 9 5 0 9 are received 9 9 5 5 0 0, each level in add "
+        "order on a FIFO backend, in one batch too",
+        "capabilities.priorities",
+    ),
+    Property(
+        "X101",
+        "priority_kept",
+        "a priority-9 message released, retried from the dead letters or added with a "
+        "delay comes before ready priority-5 ones",
+        "capabilities.priorities",
+    ),
+    Property(
+        "X102",
+        "priority_default",
+        "a request without a priority is received after one with priority 1",
+        "capabilities.priorities",
+    ),
+    Property(
+        "X103",
+        "priority_aging",
+        "a priority-0 message ready six agings minus a margin loses to a fresh priority "
+        "5, plus a margin beats one",
+        "capabilities.priorities + priority_aging_seconds (a fake clock when long)",
+    ),
+    Property(
+        "X104",
+        "priority_arguments",
+        "priorities -1, 10, 1.5, True, '5' and one beside a flow are refused with the "
+        "batch; unclaimed, any priority but 0 is refused naming priorities",
         "queue.scheduling",
     ),
 )

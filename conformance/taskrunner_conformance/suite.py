@@ -22,6 +22,7 @@ from .cases.model import ModelCases
 from .cases.ordering import OrderingCases
 from .cases.outages import OutageCases
 from .cases.poison import PoisonCases
+from .cases.priorities import PriorityCases
 from .cases.reclaim_progress import ReclaimProgressCases
 from .cases.registry import RegistryCases
 from .cases.results import ClosedWhileWaitingCases, ResultCases
@@ -60,6 +61,7 @@ class QueueConformance(
     LookupCases,
     BrowseCases,
     FlowCases,
+    PriorityCases,
 ):
     """The whole conformance suite; subclass it in a ``Test*`` class and supply a harness.
 

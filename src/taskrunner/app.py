@@ -33,6 +33,7 @@ from taskrunner.errors import ConfigurationError, UnknownTaskError
 from taskrunner.limits import FlowKeyFunc, FlowOptions, FlowPolicy
 from taskrunner.messages import Envelope
 from taskrunner.names import check_queue_name
+from taskrunner.queue import PRIORITY_MAX, PRIORITY_MIN
 from taskrunner.schedules import CatchUp, Schedule, Timing, check_catch_up
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "App", "Task"]
@@ -84,6 +85,7 @@ class Task(Generic[PayloadT]):
             return annotation (`typing.Any` when it has none).
         flow: Its rate limit, concurrency limit and fairness key (`FlowPolicy`);
             ``flow.active`` is False for a task without any.
+        priority: Default priority of its dispatches, 0 (lowest) to 9.
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class Task(Generic[PayloadT]):
         store_result: bool = False,
         result_ttl: float | timedelta = DEFAULT_RESULT_TTL_SECONDS,
         limits: FlowOptions | None = None,
+        priority: int = PRIORITY_MIN,
     ) -> None:
         if not _TASK_NAME.fullmatch(name):
             raise ConfigurationError(
@@ -137,6 +140,13 @@ class Task(Generic[PayloadT]):
             )
         self.unique_for = _unique_seconds(name, unique_for)
         self.flow = FlowPolicy(name, **(limits or {}))
+        self.priority = check_priority(priority, task=name)
+        if self.priority and self.flow.active:
+            raise ConfigurationError(
+                f"task {name!r}: priority goes without rate_limit, concurrency_limit and "
+                "fairness_key (limited messages are admitted in their keys' turns)",
+                setting="priority",
+            )
         self.unique_key = unique_key
         self.is_unique = unique_for is not None or unique_key is not None
         self.name = name
@@ -344,6 +354,7 @@ class App:
         concurrency_limit: int | None = None,
         concurrency_key: FlowKeyFunc | None = None,
         fairness_key: FlowKeyFunc | None = None,
+        priority: int = PRIORITY_MIN,
     ) -> _TaskDecorator: ...
 
     def task(
@@ -364,6 +375,7 @@ class App:
         concurrency_limit: int | None = None,
         concurrency_key: FlowKeyFunc | None = None,
         fairness_key: FlowKeyFunc | None = None,
+        priority: int = PRIORITY_MIN,
     ) -> Task[Any] | _TaskDecorator:
         """Register a function as a task; use as ``@app.task`` or ``@app.task(...)``.
 
@@ -395,6 +407,10 @@ class App:
             fairness_key: Keys that take turns (round-robin) when they have waiting
                 messages, so one key's backlog delays no other key.
 
+            priority: Default priority of its dispatches: 0 (the default, lowest) to 9;
+                a receive leases higher priorities first (docs/flow-control.md). A
+                dispatch's own ``priority=`` wins. Not with the flow options above.
+
             Limited tasks need a backend that claims ``flow_control`` (memory, Redis,
             Redis Cluster, PostgreSQL); a key function runs at dispatch, and its key is
             prefixed by the task name. See docs/flow-control.md.
@@ -422,6 +438,7 @@ class App:
                 concurrency_key=concurrency_key,
                 fairness_key=fairness_key,
             ),
+            priority=priority,
         )
         return decorator if func is None else decorator(func)
 
@@ -447,9 +464,11 @@ class _TaskDecorator:
         store_result: bool,
         result_ttl: float | timedelta,
         limits: FlowOptions,
+        priority: int,
     ) -> None:
         self._app = app
         self._limits = limits
+        self._priority = priority
         self._store_result = store_result
         self._result_ttl = result_ttl
         self._name = name
@@ -479,9 +498,32 @@ class _TaskDecorator:
             store_result=self._store_result,
             result_ttl=self._result_ttl,
             limits=self._limits,
+            priority=self._priority,
         )
         self._app._register(task)
         return task
+
+
+def check_priority(priority: object, *, task: str | None = None) -> int:
+    """`priority` if it is a whole number from 0 to 9 (higher runs first).
+
+    Raises:
+        ConfigurationError: Not an int in that range (a bool is not one).
+    """
+    where = f"task {task!r}: " if task is not None else ""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigurationError(
+            f"{where}priority={priority!r} must be a whole number from {PRIORITY_MIN} to "
+            f"{PRIORITY_MAX}, not {type(priority).__name__}",
+            setting="priority",
+        )
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ConfigurationError(
+            f"{where}priority={priority} must be from {PRIORITY_MIN} (the default, "
+            f"lowest) to {PRIORITY_MAX} (highest)",
+            setting="priority",
+        )
+    return priority
 
 
 def _check_count(what: str, value: object, *, setting: str, minimum: int = 1) -> None:

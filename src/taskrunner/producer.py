@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from taskrunner.app import App, Task
+from taskrunner.app import App, Task, check_priority
 from taskrunner.clock import Clock, SystemClock
 from taskrunner.codec import encode_envelope
 from taskrunner.errors import TaskFailedError, UnsupportedFeatureError
@@ -146,6 +146,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> Dispatched: ...
     @overload
@@ -159,6 +160,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> Dispatched: ...
     @overload
@@ -172,6 +174,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> Dispatched: ...
 
@@ -185,6 +188,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> Dispatched:
         """Enqueue one run of `task` with `payload`; returns the backend's message id.
@@ -207,6 +211,12 @@ class Producer:
                 partition, so they run in dispatch order when one worker takes them
                 one at a time; elsewhere the queue has one partition and keeps that
                 order anyway, and the key changes nothing.
+            priority: 0 (lowest) to 9: a worker receives ready messages of higher
+                priority first (an old message rises one level per the backend's
+                ``priority_aging_seconds``, so none waits forever). None takes the
+                task's own (``@app.task(priority=...)``, default 0). Any but 0 needs a
+                backend with the ``priorities`` capability; on a partitioned queue it
+                orders each partition. Not for a task with flow limits.
             connection: Write the message in the open transaction of this database
                 connection (a psycopg 3 connection, a SQLAlchemy connection or session,
                 Django's connection): it exists if and only if that transaction
@@ -222,7 +232,9 @@ class Producer:
             PayloadValidationError: The payload does not match the task's type.
             PayloadTooLargeError: The encoded message exceeds the app's limit.
             ValueError: A negative or non-finite delay, a naive `at`, both `delay` and
-                `at`, or an empty unique or partition key.
+                `at`, an empty unique or partition key, or a priority for a task with
+                flow limits.
+            ConfigurationError: A priority that is no whole number from 0 to 9.
             UnsupportedFeatureError: The backend does not offer delayed, unique or
                 transactional dispatch; nothing was sent.
             TypeError: `connection` is no connection the backend takes.
@@ -240,6 +252,7 @@ class Producer:
             at=at,
             unique_key=unique_key,
             partition_key=partition_key,
+            priority=priority,
             connection=connection,
         )
         return result
@@ -254,6 +267,7 @@ class Producer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> DispatchedList:
         """Enqueue one run of `task` per payload; returns message ids in order.
@@ -279,6 +293,7 @@ class Producer:
                 at=at,
                 unique_key=unique_key,
                 partition_key=partition_key,
+                priority=priority,
                 connection=connection,
             )
         )
@@ -443,34 +458,17 @@ class Producer:
         at: datetime | None,
         unique_key: str | None,
         partition_key: str | None,
+        priority: int | None,
         connection: object | None = None,
     ) -> list[Dispatched]:
-        delay_seconds, due_at, unique = _options(task, delay, at, unique_key, partition_key)
+        options = _options(task, delay, at, unique_key, partition_key, priority)
         with dispatching(self._app.queue, task.name, len(payloads)) as trace:
             headers = _with_trace(trace, headers)
             if connection is not None:
-                part, requests = self._in_transaction(
-                    task,
-                    payloads,
-                    headers,
-                    delay_seconds,
-                    due_at,
-                    unique,
-                    unique_key,
-                    partition_key,
-                )
+                part, requests = self._in_transaction(task, payloads, headers, options)
                 added = await part.add(connection, requests)
                 return [Dispatched(a.message_id, added=a.added) for a in added]
-            return await self._add(
-                task,
-                payloads,
-                headers=headers,
-                delay_seconds=delay_seconds,
-                due_at=due_at,
-                unique=unique,
-                unique_key=unique_key,
-                partition_key=partition_key,
-            )
+            return await self._add(task, payloads, headers, options)
 
     def _send_in_transaction_sync(
         self,
@@ -483,17 +481,16 @@ class Producer:
         at: datetime | None,
         unique_key: str | None,
         partition_key: str | None,
+        priority: int | None,
     ) -> list[Dispatched]:
         """`_send` with a connection, blocking, in the calling thread (for `SyncProducer`).
 
         Touches no connection of the queue's: the statements run on `connection`.
         """
-        delay_seconds, due_at, unique = _options(task, delay, at, unique_key, partition_key)
+        options = _options(task, delay, at, unique_key, partition_key, priority)
         with dispatching(self._app.queue, task.name, len(payloads)) as trace:
             headers = _with_trace(trace, headers)
-            part, requests = self._in_transaction(
-                task, payloads, headers, delay_seconds, due_at, unique, unique_key, partition_key
-            )
+            part, requests = self._in_transaction(task, payloads, headers, options)
             added = part.add_sync(connection, requests)
         return [Dispatched(a.message_id, added=a.added) for a in added]
 
@@ -502,68 +499,52 @@ class Producer:
         task: Task[Any],
         payloads: list[Any],
         headers: Mapping[str, str] | None,
-        delay_seconds: float,
-        due_at: float | None,
-        unique: bool,
-        unique_key: str | None,
-        partition_key: str | None,
+        options: _SendOptions,
     ) -> tuple[TransactionalAdd, list[AddRequest]]:
         """The part that writes in the caller's transaction, and the checked requests."""
         part = self._transactional()
-        if task.flow.active:
-            # Neither the outbox's rows nor the transactional insert carry a flow yet:
-            # refusing beats adding the message without its limits.
+        if task.flow.active and self._outbox is not None:
+            # The outbox's rows carry no flow yet: refusing beats adding the message
+            # without its limits.
             raise UnsupportedFeatureError(
                 f"task {task.name!r} has a rate limit, concurrency limit or fairness key, "
-                "and dispatch with connection= does not carry them yet: dispatch it "
-                "without connection= (nothing was sent)",
+                "and dispatch with connection= through the outbox does not carry them yet: "
+                "dispatch it without connection= (nothing was sent)",
                 backend=type(self._queue).__name__,
                 capability="flow_control",
             )
+        if options.priority and self._outbox is not None:
+            raise UnsupportedFeatureError(
+                f"a priority (task {task.name!r}) does not travel through the outbox yet: "
+                "dispatch it without connection= (nothing was sent)",
+                backend=type(self._queue).__name__,
+                capability="priorities",
+            )
         if self._outbox is None:
             # The outbox takes delays and keys to the queue itself, which checks them.
-            if delay_seconds > 0 or due_at is not None:
-                self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
-            if unique:
-                self._scheduling("unique_add", "unique dispatch")
-        bodies = self._bodies(task, payloads, headers, delay_seconds, due_at)
-        requests = self._requests(
-            task, payloads, bodies, delay_seconds, due_at, unique, unique_key, partition_key
-        )
-        return part, requests
+            self._capabilities_for(task, options)
+        bodies = self._bodies(task, payloads, headers, options)
+        return part, self._requests(task, payloads, bodies, options)
 
     async def _add(
         self,
         task: Task[Any],
         payloads: list[Any],
-        *,
         headers: Mapping[str, str] | None,
-        delay_seconds: float,
-        due_at: float | None,
-        unique: bool,
-        unique_key: str | None,
-        partition_key: str | None,
+        options: _SendOptions,
     ) -> list[Dispatched]:
-        bodies = self._bodies(task, payloads, headers, delay_seconds, due_at)
-        partitioned = partition_key is not None and scheduling_of(self._queue) is not None
-        limited = task.flow.active
-        plain = not unique and not limited and delay_seconds == 0.0 and due_at is None
-        if plain and not partitioned:
+        bodies = self._bodies(task, payloads, headers, options)
+        partitioned = options.partition_key is not None and scheduling_of(self._queue) is not None
+        if options.plain and not task.flow.active and not partitioned:
             # The hot path: plain dispatches keep using Queue.add (and so does a
             # partition key on a backend without the Scheduling part: one partition).
             ids: list[str] = []
             for start in range(0, len(bodies), _ADD_CHUNK):
                 ids.extend(await self._queue.add(bodies[start : start + _ADD_CHUNK]))
             return [Dispatched(message_id) for message_id in ids]
-        part = self._parts(
-            delayed=delay_seconds > 0 or due_at is not None,
-            unique=unique,
-            partitioned=partitioned,
-            limited=limited,
-        )
-        requests = self._requests(
-            task, payloads, bodies, delay_seconds, due_at, unique, unique_key, partition_key
-        )
+        part = self._capabilities_for(task, options)
+        assert part is not None  # a partition key with no Scheduling part took the hot path
+        requests = self._requests(task, payloads, bodies, options)
         results: list[Dispatched] = []
         for start in range(0, len(requests), _ADD_CHUNK):
             added = await part.add_requests(requests[start : start + _ADD_CHUNK])
@@ -575,13 +556,12 @@ class Producer:
         task: Task[Any],
         payloads: list[Any],
         headers: Mapping[str, str] | None,
-        delay_seconds: float,
-        due_at: float | None,
+        options: _SendOptions,
     ) -> list[bytes]:
         """Each payload's encoded message; a delayed one carries the instant it is due."""
-        due: float | None = None
-        if due_at is not None or delay_seconds > 0:
-            due = due_at if due_at is not None else self._clock.time() + delay_seconds
+        due: float | None = options.due_at
+        if due is None and options.delay_seconds > 0:
+            due = self._clock.time() + options.delay_seconds
         return [
             encode_message(self._app, task, payload, clock=self._clock, headers=headers, due_at=due)
             for payload in payloads
@@ -589,25 +569,22 @@ class Producer:
 
     @staticmethod
     def _requests(
-        task: Task[Any],
-        payloads: list[Any],
-        bodies: list[bytes],
-        delay_seconds: float,
-        due_at: float | None,
-        unique: bool,
-        unique_key: str | None,
-        partition_key: str | None,
+        task: Task[Any], payloads: list[Any], bodies: list[bytes], options: _SendOptions
     ) -> list[AddRequest]:
+        unique = options.unique
         unique_seconds = task.unique_for if unique else None
         return [
             AddRequest(
                 body=body,
-                delay_seconds=delay_seconds,
-                due_at=due_at,
-                unique_key=(None if not unique else unique_key or _default_key(task, payload)),
+                delay_seconds=options.delay_seconds,
+                due_at=options.due_at,
+                unique_key=(
+                    None if not unique else options.unique_key or _default_key(task, payload)
+                ),
                 unique_seconds=unique_seconds,
-                partition_key=partition_key,
+                partition_key=options.partition_key,
                 flow=task.flow.flow_for(payload),
+                priority=options.priority,
             )
             for payload, body in zip(payloads, bodies, strict=True)
         ]
@@ -627,19 +604,19 @@ class Producer:
             )
         return part
 
-    def _parts(
-        self, *, delayed: bool, unique: bool, partitioned: bool, limited: bool
-    ) -> Scheduling:
-        part: Scheduling | None = scheduling_of(self._queue) if partitioned else None
-        if limited:
+    def _capabilities_for(self, task: Task[Any], options: _SendOptions) -> Scheduling | None:
+        """The Scheduling part (None: none), once each capability the dispatch needs is checked."""
+        part = scheduling_of(self._queue)
+        if options.delay_seconds > 0 or options.due_at is not None:
+            part = self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
+        if options.unique:
+            part = self._scheduling("unique_add", "unique dispatch")
+        if options.priority:
+            part = self._scheduling("priorities", f"a dispatch with priority {options.priority}")
+        if task.flow.active:
             part = self._scheduling(
                 "flow_control", "a task with a rate limit, concurrency limit or fairness key"
             )
-        if delayed:
-            part = self._scheduling("delayed_add", "delayed dispatch (delay= or at=)")
-        if unique:
-            part = self._scheduling("unique_add", "unique dispatch")
-        assert part is not None  # called only for a delayed, unique, limited or partitioned one
         return part
 
     def _scheduling(self, capability: str, what: str) -> Scheduling:
@@ -718,14 +695,34 @@ def _with_trace(
     return {**trace, **headers} if headers else trace
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _SendOptions:
+    """A dispatch's checked options, as every add path needs them."""
+
+    delay_seconds: float
+    due_at: float | None
+    unique: bool
+    unique_key: str | None
+    partition_key: str | None
+    priority: int
+
+    @property
+    def plain(self) -> bool:
+        """Nothing but a body: `Queue.add` can take it."""
+        return not (
+            self.unique or self.priority or self.delay_seconds > 0 or self.due_at is not None
+        )
+
+
 def _options(
     task: Task[Any],
     delay: Delay | None,
     at: datetime | None,
     unique_key: str | None,
     partition_key: str | None,
-) -> tuple[float, float | None, bool]:
-    """The checked timing and key options: (delay seconds, due at, unique)."""
+    priority: int | None,
+) -> _SendOptions:
+    """The checked timing, key and priority options of one dispatch."""
     delay_seconds, due_at = _when(delay, at)
     key: Any = unique_key
     if key is not None and (not isinstance(key, str) or not key):
@@ -733,7 +730,20 @@ def _options(
     key = partition_key
     if key is not None and (not isinstance(key, str) or not key):
         raise ValueError(f"partition_key must be a non-empty str, got {partition_key!r}")
-    return delay_seconds, due_at, unique_key is not None or task.is_unique
+    chosen = task.priority if priority is None else check_priority(priority)
+    if chosen and task.flow.active:
+        raise ValueError(
+            f"task {task.name!r} has flow limits, and a priority does not apply to it "
+            "(its messages are admitted in their keys' turns)"
+        )
+    return _SendOptions(
+        delay_seconds,
+        due_at,
+        unique_key is not None or task.is_unique,
+        unique_key,
+        partition_key,
+        chosen,
+    )
 
 
 # A queue whose every consumer has been idle this long is said to have no worker

@@ -59,6 +59,8 @@ import msgspec
 
 from taskrunner.queue_extensions import (
     BROWSE_LIMIT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     QUEUE_NAMES_LIMIT,
     Added,
     AddRequest,
@@ -93,6 +95,8 @@ from taskrunner.queue_transactional import TransactionalAdd, transactional_of
 
 __all__ = [
     "BROWSE_LIMIT",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "CONTRACT_VERSION",
     "QUEUE_NAMES_LIMIT",
     "AddRequest",
@@ -220,6 +224,10 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
         flow_control: `Scheduling.add_requests` honours `AddRequest.flow`: receive
             admits waiting messages under their concurrency and rate limits, taking
             turns across keys (`taskrunner.queue_flow`).
+        priorities: `Scheduling.add_requests` honours `AddRequest.priority`.
+        priority_aging_seconds: With `priorities`: how long the oldest ready message
+            of a level waits for each level it rises (see `Scheduling`); None for
+            strict priorities, where a steady flow of higher ones starves lower ones.
     """
 
     blocking_receive: bool = False
@@ -239,6 +247,8 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     lookup: bool = False
     browse: bool = False
     flow_control: bool = False
+    priorities: bool = False
+    priority_aging_seconds: float | None = None
 
 
 class ConsumerStats(msgspec.Struct, frozen=True, kw_only=True):

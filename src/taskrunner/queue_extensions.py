@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROWSE_LIMIT",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "QUEUE_NAMES_LIMIT",
     "AddRequest",
     "Added",
@@ -65,6 +67,11 @@ __all__ = [
 ]
 
 
+#: The lowest and highest `AddRequest.priority`; higher is received first.
+PRIORITY_MIN = 0
+PRIORITY_MAX = 9
+
+
 class AddRequest(msgspec.Struct, frozen=True, kw_only=True):
     """One message to add through `Scheduling.add_requests`, with its options.
 
@@ -89,6 +96,10 @@ class AddRequest(msgspec.Struct, frozen=True, kw_only=True):
             waits until its key's turn, concurrency slot and rate allow. Needs
             ``Capabilities.flow_control``. A delayed message with a flow starts
             waiting when it falls due.
+        priority: `PRIORITY_MIN` (the default) to `PRIORITY_MAX`: a receive leases
+            ready messages of higher priority first (see `Scheduling`). Any value but
+            0 needs ``Capabilities.priorities``; not with a `flow` (admission has an
+            order of its own).
     """
 
     body: bytes
@@ -98,6 +109,7 @@ class AddRequest(msgspec.Struct, frozen=True, kw_only=True):
     unique_seconds: float | None = None
     partition_key: str | None = None
     flow: Flow | None = None
+    priority: int = PRIORITY_MIN
 
 
 class Added(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,6 +142,15 @@ class Scheduling(Protocol):
     * A unique key is freed after unique_seconds, never before.
     * A cancelled message is never delivered, and its unique key is freed.
     * Cancelling an in-flight, completed or unknown message returns False and changes nothing.
+    * A receive leases ready messages of a higher effective priority first.
+    * A released, delayed or retried message keeps its priority.
+
+    With ``Capabilities.priorities``, the *effective* priority of the oldest ready
+    message of each level is its priority plus one for every
+    ``Capabilities.priority_aging_seconds`` it has been ready (added, fallen due or
+    released), up to `PRIORITY_MAX`; with no aging it is its priority (strict). So a
+    lower level is never starved for longer than its distance to the top times the
+    aging. Equal effective priorities go to the higher level.
     """
 
     async def add_requests(self, requests: Sequence[AddRequest]) -> list[Added]:

@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, TypeVar, cast, overload
+from typing import Any, Protocol, TypedDict, TypeVar, cast, overload
 
 from taskrunner.app import App, Task
 from taskrunner.backends import check_url, connect
@@ -81,6 +81,16 @@ class _BlockingQueue:
 
     async def add(self, bodies: Sequence[bytes]) -> list[str]:
         return self._adder.add(bodies)
+
+
+class _Options(TypedDict):
+    """A dispatch's options beside its task, payload, headers and connection."""
+
+    delay: Delay | None
+    at: datetime | None
+    unique_key: str | None
+    partition_key: str | None
+    priority: int | None
 
 
 def _drive(coro: Awaitable[T]) -> T:
@@ -314,6 +324,7 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> Dispatched: ...
     @overload
@@ -327,6 +338,7 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> Dispatched: ...
     @overload
@@ -340,6 +352,7 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> Dispatched: ...
 
@@ -353,6 +366,7 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> Dispatched:
         """Enqueue one run of `task` with `payload`; returns the message id.
@@ -378,25 +392,22 @@ class SyncProducer:
             UnsupportedFeatureError: The backend lacks the feature asked for.
             BackendUnavailableError: The backend could not be reached.
         """
+        options = _Options(
+            delay=delay,
+            at=at,
+            unique_key=unique_key,
+            partition_key=partition_key,
+            priority=priority,
+        )
         if connection is not None:
             # In the calling thread, on the caller's connection (see `_in_transaction`).
-            (dispatched,) = self._in_transaction(
-                task, [payload], connection, headers, delay, at, unique_key, partition_key
-            )
+            (dispatched,) = self._in_transaction(task, [payload], connection, headers, options)
             return dispatched
-        blocking = self._blocking(task, delay, at, unique_key, partition_key)
+        blocking = self._blocking(task, options)
         if blocking is not None:
             return _drive(blocking.dispatch(cast(Any, task), payload, headers=headers))
         return self._call(
-            lambda p: p.dispatch(
-                cast(Any, task),
-                payload,
-                headers=headers,
-                delay=delay,
-                at=at,
-                unique_key=unique_key,
-                partition_key=partition_key,
-            )
+            lambda p: p.dispatch(cast(Any, task), payload, headers=headers, **options)
         )
 
     def dispatch_many(
@@ -409,31 +420,25 @@ class SyncProducer:
         at: datetime | None = None,
         unique_key: str | None = None,
         partition_key: str | None = None,
+        priority: int | None = None,
         connection: object | None = None,
     ) -> DispatchedList:
         """Enqueue one run of `task` per payload; exactly `Producer.dispatch_many`."""
         # Materialized here: a generator must not be consumed on another thread.
         items = list(payloads)
+        options = _Options(
+            delay=delay,
+            at=at,
+            unique_key=unique_key,
+            partition_key=partition_key,
+            priority=priority,
+        )
         if connection is not None:
-            return DispatchedList(
-                self._in_transaction(
-                    task, items, connection, headers, delay, at, unique_key, partition_key
-                )
-            )
-        blocking = self._blocking(task, delay, at, unique_key, partition_key)
+            return DispatchedList(self._in_transaction(task, items, connection, headers, options))
+        blocking = self._blocking(task, options)
         if blocking is not None:
             return _drive(blocking.dispatch_many(task, items, headers=headers))
-        return self._call(
-            lambda p: p.dispatch_many(
-                task,
-                items,
-                headers=headers,
-                delay=delay,
-                at=at,
-                unique_key=unique_key,
-                partition_key=partition_key,
-            )
-        )
+        return self._call(lambda p: p.dispatch_many(task, items, headers=headers, **options))
 
     def result(self, message_id: str, *, timeout: float = 30.0) -> Any:
         """The task's return value for `message_id`, waiting up to `timeout` seconds.
@@ -461,24 +466,17 @@ class SyncProducer:
         ids = message_ids if isinstance(message_ids, str) else list(message_ids)
         return self._call(lambda p: p.cancel_many(ids))
 
-    def _blocking(
-        self,
-        task: Task[Any] | str,
-        delay: Delay | None,
-        at: datetime | None,
-        unique_key: str | None,
-        partition_key: str | None,
-    ) -> Producer | None:
+    def _blocking(self, task: Task[Any] | str, options: _Options) -> Producer | None:
         """The blocking producer, when this dispatch is plain and the backend has one."""
-        if delay is not None or at is not None or unique_key is not None:
-            return None
-        if partition_key is not None:
+        if any(value is not None for value in options.values()):
             return None
         blocking = self._current().connection.blocking
         if blocking is None:
             return None  # not opened yet (the first call opens it), or none offered
         resolved = self._app.get_task(task) if isinstance(task, str) else task
-        return None if resolved.is_unique or resolved.flow.active else blocking
+        if resolved.is_unique or resolved.flow.active or resolved.priority:
+            return None
+        return blocking
 
     def _in_transaction(
         self,
@@ -486,10 +484,7 @@ class SyncProducer:
         payloads: list[Any],
         connection: object,
         headers: Mapping[str, str] | None,
-        delay: Delay | None,
-        at: datetime | None,
-        unique_key: str | None,
-        partition_key: str | None,
+        options: _Options,
     ) -> list[Dispatched]:
         """A dispatch written on the caller's `connection`, in the calling thread.
 
@@ -504,10 +499,7 @@ class SyncProducer:
             payloads,
             connection=connection,
             headers=headers,
-            delay=delay,
-            at=at,
-            unique_key=unique_key,
-            partition_key=partition_key,
+            **options,
         )
 
     def _call(self, method: Callable[[Producer], Awaitable[T]]) -> T:

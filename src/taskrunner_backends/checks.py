@@ -14,7 +14,14 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
-from taskrunner.queue import AddRequest, Delivery, ResultWrite, WorkerInfo
+from taskrunner.queue import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    AddRequest,
+    Delivery,
+    ResultWrite,
+    WorkerInfo,
+)
 from taskrunner.queue_flow import check_flow
 
 __all__ = [
@@ -170,16 +177,30 @@ def check_request(request: AddRequest, *, nul: bool = True) -> AddRequest:
         check_seconds("unique_seconds", request.unique_seconds)
     if request.flow is not None:
         check_flow(request.flow)
+    priority: object = request.priority
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int, not {type(priority).__name__}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise ValueError(f"priority must be {PRIORITY_MIN} to {PRIORITY_MAX}, got {priority}")
+    if priority != PRIORITY_MIN and request.flow is not None:
+        raise ValueError(
+            "a request with a flow takes no priority: admission orders it (by key turns)"
+        )
     return request
 
 
 def check_requests(
-    requests: Sequence[AddRequest], *, nul: bool = True, flow: bool = False
+    requests: Sequence[AddRequest],
+    *,
+    nul: bool = True,
+    flow: bool = False,
+    priorities: bool = False,
 ) -> list[AddRequest]:
     """The requests of `Scheduling.add_requests`, as a list, each one checked (whole, first).
 
-    `flow` says whether the backend claims ``flow_control``; without it a request with
-    a flow is refused (nothing is added) rather than added without its limits.
+    `flow` and `priorities` say whether the backend claims ``flow_control`` and
+    ``priorities``; without, a request with a flow or a priority other than 0 is
+    refused (nothing is added) rather than added without them.
     """
     checked = _batch("requests", requests, AddRequest, "AddRequest")
     for request in checked:
@@ -188,6 +209,11 @@ def check_requests(
             raise ValueError(
                 "AddRequest.flow needs flow control, and this backend does not claim"
                 " capabilities.flow_control: nothing was added"
+            )
+        if request.priority != PRIORITY_MIN and not priorities:
+            raise ValueError(
+                "AddRequest.priority needs priorities, and this backend does not claim"
+                " capabilities.priorities: nothing was added"
             )
     return checked
 

@@ -51,6 +51,9 @@ from .store import _Message, _Store
 
 __all__ = ["InMemoryQueue"]
 
+# The oldest ready message of a level rises one level per this many seconds ready.
+PRIORITY_AGING_SECONDS = 60.0
+
 _CAPABILITIES = Capabilities(
     blocking_receive=True,
     cancel_safe_receive=True,
@@ -68,6 +71,8 @@ _CAPABILITIES = Capabilities(
     lookup=True,
     browse=True,
     flow_control=True,
+    priorities=True,
+    priority_aging_seconds=PRIORITY_AGING_SECONDS,
 )
 
 
@@ -147,7 +152,7 @@ class InMemoryQueue(
         for body in bodies:
             message_id = str(next(store.sequence))
             store.messages[message_id] = _Message(message_id, body, now)
-            store.ready.append(message_id)
+            store.ready.append(message_id, 0, now)
             ids.append(message_id)
         if ids:
             store.notify()
@@ -231,7 +236,7 @@ class InMemoryQueue(
             message.owner = ""
             self._free_slot(message)
             if delay_seconds == 0:
-                self._make_ready(message)
+                self._make_ready(message, now)
             else:
                 message.state = "delayed"
                 self._park(message.id, now + delay_seconds)
@@ -277,8 +282,8 @@ class InMemoryQueue(
             self._forget(message)
             dead_id = f"dead-{next(store.sequence)}"
             store.dead_by_original[message.id] = dead_id
-            if message.flow is not None:
-                store.dead_flows[dead_id] = message.flow
+            if message.flow is not None or message.priority:
+                store.dead_options[dead_id] = (message.flow, message.priority)
             store.dead[dead_id] = DeadLetter(
                 message_id=dead_id,
                 original_id=message.id,
@@ -299,7 +304,7 @@ class InMemoryQueue(
         for message in store.in_flight.values():
             pending[message.owner] = pending.get(message.owner, 0) + 1
         self._skip_cancelled_head()
-        oldest_ready = store.messages[store.ready[0]].added_at if store.ready else None
+        oldest_ready = store.ready.oldest_added_at(store.messages)
         oldest_waiting = store.flow.oldest_added_at() if store.flow.waiting else None
         if oldest_waiting is not None:
             oldest_ready = min(oldest_waiting, oldest_ready or oldest_waiting)
@@ -351,12 +356,16 @@ class InMemoryQueue(
         store = self._store
         chosen = list(store.dead) if message_ids is None else check_ids(message_ids)
         chosen = [i for i in chosen if i in store.dead]
-        # A limited message stays limited: it waits for admission again.
-        flows = [store.dead_flows.get(i) for i in chosen]
+        # A limited message stays limited (it waits for admission again), and a
+        # message keeps its priority.
+        options = [store.dead_options.get(i) for i in chosen]
         bodies = [self._pop_dead(i).body for i in chosen]
-        if not any(flows):
+        if not any(options):
             return await self.add(bodies)
-        requests = [AddRequest(body=b, flow=f) for b, f in zip(bodies, flows, strict=True)]
+        requests = [
+            AddRequest(body=b) if o is None else AddRequest(body=b, flow=o[0], priority=o[1])
+            for b, o in zip(bodies, options, strict=True)
+        ]
         return [added.message_id for added in await self.add_requests(requests)]
 
     async def purge_dead_letters(self, message_ids: Sequence[str] | None = None) -> int:
@@ -389,7 +398,7 @@ class InMemoryQueue(
         store = self._store
         store.dead.clear()
         store.dead_by_original.clear()
-        store.dead_flows.clear()
+        store.dead_options.clear()
         store.results.clear()
         store.result_expiries.clear()
         store.consumers_seen.clear()
@@ -479,21 +488,20 @@ class InMemoryQueue(
     def _skip_cancelled_head(self) -> None:
         # So the head of `ready` is a live message (its age is the oldest ready age).
         store = self._store
-        while store.ready and store.ready[0] not in store.messages:
-            store.ready.popleft()
-            store.cancelled_ready -= 1
+        store.cancelled_ready -= store.ready.skip_gone(store.messages)
 
     def _lease_ready(
         self, consumer: str, max_messages: int, lease_seconds: float, now: float
     ) -> list[Delivery]:
         store = self._store
         deliveries: list[Delivery] = []
-        while store.ready and len(deliveries) < max_messages:
-            message = store.messages.get(store.ready.popleft())
-            if message is None:
-                store.cancelled_ready -= 1
-                continue
-            deliveries.append(self._grant(message, consumer, lease_seconds, now))
+        aging = _CAPABILITIES.priority_aging_seconds
+        while len(deliveries) < max_messages:
+            store.cancelled_ready -= store.ready.skip_gone(store.messages)
+            message_id = store.ready.pop(now, aging)
+            if message_id is None:
+                break
+            deliveries.append(self._grant(store.messages[message_id], consumer, lease_seconds, now))
         return deliveries
 
     def _grant(

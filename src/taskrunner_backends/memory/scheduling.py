@@ -18,7 +18,7 @@ class _Scheduling(_Handle):
     async def add_requests(self, requests: Sequence[AddRequest]) -> list[Added]:
         """Add each request with its delay and unique key, in order, atomically per request."""
         self._check_open()
-        requests = check_requests(requests, flow=True)
+        requests = check_requests(requests, flow=True, priorities=True)
         store = self._store
         now = store.clock.monotonic()
         wall = store.clock.time()
@@ -31,14 +31,21 @@ class _Scheduling(_Handle):
                     results.append(Added(message_id=holder, added=False))
                     continue
             message_id = str(next(store.sequence))
-            message = _Message(message_id, request.body, now, unique_key=key, flow=request.flow)
+            message = _Message(
+                message_id,
+                request.body,
+                now,
+                unique_key=key,
+                flow=request.flow,
+                priority=request.priority,
+            )
             store.messages[message_id] = message
             delay = request.delay_seconds if request.due_at is None else request.due_at - wall
             if delay > 0:
                 message.state = "delayed"
                 self._park(message_id, now + delay)
             else:
-                self._make_ready(message)
+                self._make_ready(message, now)
             if key is not None:
                 expiry = None if request.unique_seconds is None else now + request.unique_seconds
                 store.unique[key] = (message_id, expiry)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -21,6 +20,7 @@ from taskrunner.errors import QueueClosedError
 from taskrunner.queue import DeadLetter, FireRecord, Flow, WorkerInfo
 
 from .flow import _FlowGate
+from .ready import _Ready
 
 # Expired results each ResultStore call sweeps at most (beyond the writes it makes), so
 # a backlog costs no single call more than this many heap pops.
@@ -58,6 +58,7 @@ class _Message:
     flow: Flow | None = None
     waiting: bool = False
     admitted: bool = False
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -73,7 +74,7 @@ class _Store:
     clock: Clock
     requires_heartbeat: bool
     messages: dict[str, _Message] = field(default_factory=dict)
-    ready: deque[str] = field(default_factory=deque)
+    ready: _Ready = field(default_factory=_Ready)
     # (due monotonic time, sequence, message id) of released messages not yet due.
     delayed: list[tuple[float, int, str]] = field(default_factory=list)
     # Entries of `ready` and `delayed` whose message was cancelled: left in place (removal
@@ -84,8 +85,8 @@ class _Store:
     dead: dict[str, DeadLetter] = field(default_factory=dict)
     # original message id -> dead-letter id, so lookup finds a dead letter in O(1).
     dead_by_original: dict[str, str] = field(default_factory=dict)
-    # dead-letter id -> the flow its message had, so a retry waits for admission again.
-    dead_flows: dict[str, Flow] = field(default_factory=dict)
+    # dead-letter id -> (flow, priority) its message had, so a retry keeps them.
+    dead_options: dict[str, tuple[Flow | None, int]] = field(default_factory=dict)
     consumers_seen: dict[str, float] = field(default_factory=dict)
     # instance -> (entry, monotonic expiry)
     workers: dict[str, tuple[WorkerInfo, float]] = field(default_factory=dict)
@@ -138,7 +139,7 @@ class _Handle:
     def _pop_dead(self, dead_id: str) -> DeadLetter:
         store = self._store
         letter = store.dead.pop(dead_id)
-        store.dead_flows.pop(dead_id, None)
+        store.dead_options.pop(dead_id, None)
         if store.dead_by_original.get(letter.original_id) == dead_id:
             del store.dead_by_original[letter.original_id]
         return letter
@@ -151,13 +152,13 @@ class _Handle:
             if message is None:
                 store.cancelled_delayed -= 1
             if message is not None and message.state == "delayed":
-                self._make_ready(message)
+                self._make_ready(message, now)
 
-    def _make_ready(self, message: _Message) -> None:
+    def _make_ready(self, message: _Message, now: float) -> None:
         # A message with a flow waits for admission instead of joining `ready`.
         message.state = "ready"
         if message.flow is None:
-            self._store.ready.append(message.id)
+            self._store.ready.append(message.id, message.priority, now)
         else:
             self._store.flow.wait(message)
 
