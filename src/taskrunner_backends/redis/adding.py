@@ -18,6 +18,12 @@ messages) to where it is now; `cancel` uses it and removes a message only when i
 parked or newer than the group's last-delivered id (never read, so in no PEL), in
 one script with the key's release. Plain messages' ack and receive are as before.
 
+Flow control (``AddRequest.flow``, `taskrunner.queue_flow`). A request with a flow is
+parked like a delayed one, under a reserved id, its flow in its fields, and waits in
+its key's line (``f:q:<key>``, see `keys`) from its due time; `receive` admits it
+(``lua/admit.lua``) once its ready messages without a flow are read. A plain request
+costs one empty argument more; `add` is unchanged.
+
 Durable enqueue (``durable=replica`` or ``aof``): the adds are followed on the same
 connection by ``WAIT 1`` or ``WAITAOF 0 1``, in the same round trip.
 """
@@ -28,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskrunner.errors import BackendUnavailableError
-from taskrunner.queue import Added, AddRequest
+from taskrunner.queue import Added, AddRequest, Flow
 from taskrunner_backends.checks import check_bodies, check_ids, check_request, check_requests
 
 from .arguments import _milliseconds
@@ -116,7 +122,7 @@ class AddingMixin(QueueBase):
             ValueError: The lengths differ, a relay id is empty, or `record_seconds`
                 is not positive; the errors of `add_requests` otherwise.
         """
-        checked = check_requests(requests)
+        checked = check_requests(requests, flow=True)
         ids = check_relay_ids(relay_ids, len(checked))
         record_ms = _milliseconds("record_seconds", record_seconds, positive=True)
         return await self._add_requests(checked, ids, record_ms)
@@ -126,7 +132,7 @@ class AddingMixin(QueueBase):
     ) -> list[Added]:
         encoded = [
             (*_encode_request(request), "" if relay_ids is None else relay_ids[index])
-            for index, request in enumerate(check_requests(requests))
+            for index, request in enumerate(check_requests(requests, flow=True))
         ]
         await self._ready()
         if not encoded:
@@ -139,6 +145,7 @@ class AddingMixin(QueueBase):
                 self._keys.unique_prefix,
                 self._keys.relay_prefix,
                 record_ms,
+                self._keys.flow_prefix,
             ]
             for item in encoded[start : start + ADD_REQUESTS_BATCH]:
                 args.extend(item)
@@ -191,11 +198,33 @@ class AddingMixin(QueueBase):
                 "cancel",
                 SCRIPTS["cancel"],
                 self._keys.scheduling,
-                (self._keys.group, self._keys.unique_prefix, *(i for _, i in chunk)),
+                (
+                    self._keys.group,
+                    self._keys.unique_prefix,
+                    self._keys.flow_prefix,
+                    *(i for _, i in chunk),
+                ),
             )
             for (index, _), flag in zip(chunk, reply, strict=True):
                 flags[index] = _as_int(flag) == 1
         return flags
+
+    async def record_flow_routes(self, routes: dict[str, str]) -> dict[str, str]:
+        """Record each flow key's route here unless it has one; the route each key has.
+
+        A `PartitionedQueue` calls it on each flow key's own shard (``f:route``) before
+        adding, so one key's messages never go to two shards. Check and record are
+        one script, so of two racing adds with different routes one records its route.
+        """
+        await self._ready()
+        keys = list(routes)
+        reply = await self._script(
+            "add requests",
+            "flow_route",
+            (f"{self._keys.flow_prefix}route",),
+            [item for key in keys for item in (key, routes[key])],
+        )
+        return {key: _as_str(route) for key, route in zip(keys, reply, strict=True)}
 
     def _durability(self) -> list[tuple[Arg, ...]]:
         """The command that waits for a replica, sent after an add on the same connection."""
@@ -238,8 +267,8 @@ def check_relay_ids(relay_ids: Sequence[str], count: int) -> list[str]:
     return checked
 
 
-def _encode_request(request: AddRequest) -> tuple[Arg, Arg, Arg, Arg, Arg]:
-    """The five script arguments of one request, after checking every field.
+def _encode_request(request: AddRequest) -> tuple[Arg, Arg, Arg, Arg, Arg, Arg]:
+    """The six script arguments of one request (the relay id follows), every field checked.
 
     The partitioned queue calls it to check a whole batch before any shard adds.
     """
@@ -258,4 +287,22 @@ def _encode_request(request: AddRequest) -> tuple[Arg, Arg, Arg, Arg, Arg]:
         key = request.unique_key
     if request.unique_seconds is not None:
         unique_ms = _milliseconds("unique_seconds", request.unique_seconds, positive=False)
-    return (mode, value, key, unique_ms, request.body)
+    return (mode, value, key, unique_ms, request.body, _encode_flow(request.flow))
+
+
+def _encode_flow(flow: Flow | None) -> bytes:
+    """A flow as ``lua/add_requests.lua`` reads it: its five fields joined by NUL.
+
+    A key holds no NUL (`taskrunner.queue_flow.check_flow`); an absent value is empty.
+    """
+    if flow is None:
+        return b""
+    rate = "" if flow.rate is None else repr(float(flow.rate))
+    parts = [
+        flow.key,
+        "" if flow.concurrency is None else str(flow.concurrency),
+        rate,
+        "" if flow.rate is None else str(flow.burst),
+        flow.rate_key or "",
+    ]
+    return "\0".join(parts).encode("utf-8")

@@ -62,25 +62,32 @@ class AdminMixin(QueueBase):
         """
         await self._ready()
         r = await self._script(
-            "stats", "stats", self._keys.all, (self._keys.group, STATS_PENDING_SAMPLE, "all")
+            "stats",
+            "stats",
+            self._keys.all,
+            (self._keys.group, STATS_PENDING_SAMPLE, "all", self._keys.flow_prefix),
         )
         lag, length, pending, dead, delayed, now_ms = (_as_int(v) for v in r[:6])
         oldest_ready_id, max_idle_ms = _as_str(r[6]), _as_int(r[7])
         # Released messages whose delay is over but that no receive has promoted yet.
         due, first_due_ms = _as_int(r[8]), _as_int(r[9])
-        ready = _ready_count(lag, length, pending) + due
+        count = _as_int(r[10])
+        # Messages waiting for flow control's admission are ready to callers.
+        waiting, first_waiting_ms = (_as_int(v) for v in r[11 + 4 * count : 13 + 4 * count])
+        ready = _ready_count(lag, length, pending) + due + waiting
         ready_since = []
         if oldest_ready_id:
             ready_since.append(int(oldest_ready_id.split("-")[0]))
         if first_due_ms >= 0:
             ready_since.append(first_due_ms)
+        if first_waiting_ms >= 0:
+            ready_since.append(first_waiting_ms)
         oldest_ready_age = None
         if ready_since:
             oldest_ready_age = max(0, now_ms - min(ready_since)) / 1000
         # One caller-visible consumer may hold leases of several lengths (one group
         # consumer each): report it once, with the sum of pending and the least idle.
         consumers: dict[str, ConsumerStats] = {}
-        count = _as_int(r[10])
         for i in range(11, 11 + 4 * count, 4):
             idle_ms, inactive_ms = _as_int(r[i + 2]), _as_int(r[i + 3])
             name = _caller_name(_as_str(r[i]))
@@ -104,9 +111,11 @@ class AdminMixin(QueueBase):
     async def len(self) -> int:
         """Ready, delayed and in-flight messages, counted as `stats` counts them."""
         await self._ready()
-        r = await self._script("len", "stats", self._keys.all, (self._keys.group, 0, "counts"))
-        lag, length, pending, _, delayed = (_as_int(v) for v in r[:5])
-        return _ready_count(lag, length, pending) + delayed + pending
+        r = await self._script(
+            "len", "stats", self._keys.all, (self._keys.group, 0, "counts", self._keys.flow_prefix)
+        )
+        lag, length, pending, _, delayed, waiting = (_as_int(v) for v in r[:6])
+        return _ready_count(lag, length, pending) + delayed + pending + waiting
 
     async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         """The oldest `limit` dead letters, oldest first."""
@@ -138,19 +147,26 @@ class AdminMixin(QueueBase):
         """Put dead letters back as new messages (all when `message_ids` is None).
 
         Each one is added and removed from the dead-letter stream in one script, so it
-        is neither lost nor duplicated. Unknown ids are skipped.
+        is neither lost nor duplicated. Unknown ids are skipped. A dead letter of a
+        message with a flow keeps the flow (its fields) and waits again under it, at
+        the back of its key's line.
 
         Returns:
             The new message ids, one per dead letter moved.
         """
         await self._ready()
-        keys = (self._keys.stream, self._keys.dead, self._keys.dead_ids)
+        k = self._keys
+        keys = (k.stream, k.dead, k.dead_ids, k.parked, k.moved, k.bell)
+        common = (k.flow_prefix, k.group)
         if message_ids is not None:
             ids = self._valid_ids(message_ids)
             moved: list[str] = []
             for start in range(0, len(ids), FENCED_BATCH):
                 reply = await self._script(
-                    "retry", "retry_dead", keys, (0, "+", *ids[start : start + FENCED_BATCH])
+                    "retry",
+                    "retry_dead",
+                    keys,
+                    (0, "+", *common, *ids[start : start + FENCED_BATCH]),
                 )
                 moved.extend(_as_str(v) for v in reply)
             return moved
@@ -162,7 +178,7 @@ class AdminMixin(QueueBase):
         last = _as_str(newest[0][0])
         moved = []
         while True:
-            reply = await self._script("retry", "retry_dead", keys, (FENCED_BATCH, last))
+            reply = await self._script("retry", "retry_dead", keys, (FENCED_BATCH, last, *common))
             moved.extend(_as_str(v) for v in reply)
             if len(reply) < FENCED_BATCH:
                 return moved
@@ -192,7 +208,7 @@ class AdminMixin(QueueBase):
                 "purge",
                 "clear",
                 self._keys.scheduling,
-                ("purge", self._keys.group, self._keys.unique_prefix),
+                ("purge", self._keys.group, self._keys.unique_prefix, "", self._keys.flow_prefix),
             )
         )
 
@@ -216,7 +232,13 @@ class AdminMixin(QueueBase):
             "delete queue",
             SCRIPTS["clear"],
             self._keys.every_key,
-            ("delete", self._keys.group, self._keys.unique_prefix, self._keys.result_prefix),
+            (
+                "delete",
+                self._keys.group,
+                self._keys.unique_prefix,
+                self._keys.result_prefix,
+                self._keys.flow_prefix,
+            ),
         )
         await self._outlast(_as_int(last_ms), _as_int(now_ms))
 

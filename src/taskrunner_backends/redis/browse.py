@@ -4,10 +4,15 @@
 (``lua/browse.lua``): waiting entries are one XRANGE after the group's last-delivered
 id, in-flight ones one extended XPENDING plus an XRANGE per entry. A page of waiting
 ones first moves the delayed messages that are due onto the stream, as a receive does:
-they wait as much as the stream's entries do, and the contract lists them.
+they wait as much as the stream's entries do, and the contract lists them. Messages
+waiting for flow control's admission are ready too: they are listed after the stream's
+waiting entries, in the order they started to wait, under cursors ``w<number>`` (one
+ZRANGEBYSCORE of ``f:waiting`` per page).
 """
 
 from __future__ import annotations
+
+import re
 
 from taskrunner.queue import BrowsedMessage, BrowseState, check_browse, cut_body
 
@@ -18,6 +23,10 @@ from .replies import _as_int, _as_str, _is_stream_id
 from .scripts import SCRIPTS
 
 __all__ = ["BrowseMixin"]
+
+# The cursor of a message waiting for flow control's admission: its number in the
+# queue's flow order (``f:waiting``). Such messages are listed after the stream's.
+_FLOW_CURSOR = re.compile(r"w[0-9]{1,16}")
 
 
 class BrowseMixin(QueueBase):
@@ -40,10 +49,12 @@ class BrowseMixin(QueueBase):
         any receive), after up to `PROMOTE_BATCH` delayed messages (released or added
         with a delay) whose delay is over were moved onto the stream as a receive moves
         them (one more round trip): a due message is listed at the end, never before
-        its delay is over. In flight: the group's PEL from the cursor, with the holder, idle time
-        and lease from its group consumer name, the delivery count its entry's base
-        plus the PEL's. An entry that is not a taskrunner message is listed with its
-        fields as JSON for a body (receive dead-letters it); one whose payload was
+        its delay is over; then the messages waiting for flow control's admission, in the
+        order they started to wait (cursor ``w<number>``). In flight: the group's PEL
+        from the cursor, with the holder, idle time and lease from its group consumer
+        name, the delivery count its entry's base plus the PEL's. An entry that is not
+        a taskrunner message is listed with its fields as JSON for a body (receive
+        dead-letters it); one whose payload was
         deleted while pending with an empty body. With `body_bytes`, the script cuts
         each entry's body field on the server (``string.sub``), so a page sends about
         ``limit * body_bytes`` bytes however large the bodies; the fields of an entry
@@ -56,21 +67,31 @@ class BrowseMixin(QueueBase):
                 stream id (``<ms>-<seq>``).
         """
         check_browse(state, limit, body_bytes)
-        if after is not None and not _is_stream_id(after):
-            raise ValueError(f"after must be a stream entry id (ms-seq), got {after!r:.60}")
+        if after is not None and not (_is_stream_id(after) or _FLOW_CURSOR.fullmatch(after)):
+            raise ValueError(
+                f"after must be a stream entry id (ms-seq) or a flow cursor (w<number>), "
+                f"got {after!r:.60}"
+            )
         await self._ready()
         if state == "waiting":
             await self._raw.run_script(
                 "browse",
                 SCRIPTS["receive"],
                 self._keys.scheduling,
-                [self._keys.group, PROMOTE_BATCH],
+                [self._keys.group, PROMOTE_BATCH, self._keys.flow_prefix],
             )
         reply = await self._raw.run_script(
             "browse",
             SCRIPTS["browse"],
-            [self._keys.stream],
-            [self._keys.group, state, after or "", limit, "" if body_bytes is None else body_bytes],
+            [self._keys.stream, self._keys.parked],
+            [
+                self._keys.group,
+                state,
+                after or "",
+                limit,
+                "" if body_bytes is None else body_bytes,
+                self._keys.flow_prefix,
+            ],
         )
         page = []
         for i in range(0, len(reply), 6):

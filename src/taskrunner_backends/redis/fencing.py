@@ -120,7 +120,7 @@ class FencingMixin(QueueBase):
             if overrides is not None:
                 override = b"=" + overrides[index]
             else:
-                override = b"u" if located.unique else b""
+                override = (b"u" if located.unique else b"") + (b"f" if located.flow else b"")
             items.append(
                 (
                     delivery,
@@ -137,7 +137,14 @@ class FencingMixin(QueueBase):
         flag = "1" if self._has_xackdel else "0"
         for start in range(0, len(items), FENCED_BATCH):
             chunk = items[start : start + FENCED_BATCH]
-            args: list[Arg] = [op, self._keys.group, arg, flag, self._keys.unique_prefix]
+            args: list[Arg] = [
+                op,
+                self._keys.group,
+                arg,
+                flag,
+                self._keys.unique_prefix,
+                self._keys.flow_prefix,
+            ]
             for _, item_args in chunk:
                 args.extend(item_args)
             statuses = await self._raw.run_script(

@@ -25,6 +25,33 @@ keeps them in one slot and every Lua script may touch all of them::
     {namespace}:{{{queue}}}:done      result notifications (a stream capped with
                                        MAXLEN ~; one entry per put, naming the ids)
 
+Flow control (`taskrunner.queue_flow`) keeps its state under ``{namespace}:{{{queue}}}:f:``
+(`QueueKeys.flow_prefix`)::
+
+    f:seq        the one counter of the queue's flow order: each wait and each admission
+                 takes the next number (hash: n -> the last number taken)
+    f:waiting    every waiting message (zset: parked id -> its wait's number)
+    f:q:<key>    the waiting messages of flow key <key>, in add order (zset: parked id
+                 -> its wait's number)
+    f:ring       the keys that may admit (zset: flow key -> turn)
+    f:slot       the keys whose head waits for a concurrency slot (zset: key -> turn)
+    f:rate       the keys whose head waits for its rate key (zset: key -> the server
+                 ms at which GCRA next allows it)
+    f:turn       each key's turn: the number of its last admission, or of its first
+                 wait if it never had one (hash: key -> number; kept until purge)
+    f:h:<key>    the admitted messages of <key> not yet at a final outcome nor released:
+                 the holders of its slots (hash: message id -> 1; HLEN is the count)
+    f:tat        each rate key's theoretical arrival time (zset: rate key -> server ms;
+                 an entry in the past is the same as none and is pruned)
+    f:adm        the admitted messages holding a slot (hash: message id -> flow key)
+    f:route      on a partitioned queue, the key that routes each flow key's messages
+                 (hash: flow key -> its rate key, or itself), kept on the flow key's
+                 own shard (see `partitioned_delivery`)
+
+A waiting message's body is a parked-stream entry, as a delayed message's is (``moved``
+maps its id to it), so its id stays the one `add_requests` returned through admission.
+A key with waiting messages is in exactly one of ring, slot and rate.
+
 Unique keys are named by their caller's text after ``u:``, results by their message
 id after ``r:``. The hash tag is the first brace pair of a key, which is always the
 queue's, so whatever text follows (braces included) stays in the queue's slot.
@@ -199,6 +226,15 @@ class QueueKeys:
     def relay_prefix(self) -> str:
         """The prefix of each outbox row's relay record (``<prefix><row id>``)."""
         return f"{self._prefix}:o:"
+
+    @property
+    def flow_prefix(self) -> str:
+        """The prefix of every flow-control key (``<prefix>seq``, ``<prefix>q:<key>``...)."""
+        return f"{self._prefix}:f:"
+
+    def flow_queue(self, key: str) -> str:
+        """The zset of flow key `key`'s waiting messages (parked id -> wait number)."""
+        return f"{self.flow_prefix}q:{key}"
 
     def unique(self, key: str) -> str:
         """The key holding unique key `key` (its value: the holder's message id)."""

@@ -3,7 +3,9 @@
 `lookup_messages` reads where a message is from the stream, the PEL, ``moved`` and
 the parked set, and finds dead letters through ``dead_ids`` (original id ->
 dead-letter id), which only the dead-letter paths write (one HSET) and retry/purge
-of dead letters clear.
+of dead letters clear. A message waiting for flow control's admission is ready, with
+`taskrunner.queue.FlowWait` saying why it waits: its key's slots are held (by the ids
+in ``f:h:<key>``), its rate key's GCRA allows the next one later, or its turn.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from taskrunner.errors import BackendError
-from taskrunner.queue import MessageState
+from taskrunner.queue import FlowWait, MessageState
 from taskrunner_backends.checks import check_lookup_ids
 
 from .base import QueueBase
@@ -23,6 +25,9 @@ __all__ = ["LOOKUP_BATCH", "LookupMixin"]
 
 # Ids per lookup script call (count); one round trip carries them all.
 LOOKUP_BATCH = 500
+
+# Values per id in ``lua/lookup.lua``'s reply.
+_ROW = 13
 
 
 class LookupMixin(QueueBase):
@@ -66,17 +71,21 @@ class LookupMixin(QueueBase):
         chunks = [
             valid[start : start + LOOKUP_BATCH] for start in range(0, len(valid), LOOKUP_BATCH)
         ]
-        calls = [(script_keys, [keys.group, *(i for _, i in chunk)]) for chunk in chunks]
+        calls = [
+            (script_keys, [keys.group, keys.flow_prefix, *(i for _, i in chunk)])
+            for chunk in chunks
+        ]
         replies = await self._batched("lookup", "lookup", calls)
         for chunk, reply in zip(chunks, replies, strict=True):
             for n, (index, message_id) in enumerate(chunk):
-                states[index] = _message_state(message_id, reply[8 * n : 8 * n + 8])
+                row = reply[_ROW * n : _ROW * n + _ROW]
+                states[index] = _message_state(message_id, row)
         return states
 
 
 def _message_state(message_id: str, row: Sequence[Any]) -> MessageState | None:
     """One row of ``lua/lookup.lua``'s reply as a `MessageState`."""
-    state, count, body, consumer, idle_ms, due_ms, reason, dead_ms = row
+    state, count, body, consumer, idle_ms, due_ms, reason, dead_ms = row[:8]
     if state is None:
         return None
     name = _as_str(state)
@@ -104,5 +113,26 @@ def _message_state(message_id: str, row: Sequence[Any]) -> MessageState | None:
             **common,
         )
     if name == "ready":
-        return MessageState(state="ready", **common)
+        return MessageState(state="ready", waiting=_flow_wait(row[8:]), **common)
     raise BackendError(f"unexpected lookup state {name!r}")
+
+
+def _flow_wait(values: Sequence[Any]) -> FlowWait | None:
+    """Why a waiting message is not admitted, from the last five values of its row."""
+    key, reason, holders, until_ms, rate_key = values
+    if key is None:
+        return None
+    why = _as_str(reason)
+    if why == "slot":
+        return FlowWait(
+            key=_as_str(key), reason="slot", holders=tuple(_as_str(h) for h in holders or ())
+        )
+    if why == "rate":
+        # The server's clock is wall-clock time (TIME), in ms here.
+        return FlowWait(
+            key=_as_str(key),
+            reason="rate",
+            until=float(_as_str(until_ms)) / 1000,
+            rate_key=_as_str(rate_key),
+        )
+    return FlowWait(key=_as_str(key), reason="turn")

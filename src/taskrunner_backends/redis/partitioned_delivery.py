@@ -8,6 +8,26 @@ key hashes to, so a unique key is unique across the whole queue; other requests 
 round robin. A unique key given with a partition key is unique within that partition's
 shard (always give one key's messages the same partition key).
 
+Flow control. Admission runs in each shard's scripts, so a limit holds exactly only
+if every message that counts on it is on one shard: every message of a flow key (its
+concurrency, its add order) and every message of a rate key (its GCRA). A request with
+a flow goes to the shard its *route* hashes to: its rate key (``Flow.rate_counter``)
+when it has a rate, else its flow key. Every message of a rate key is so on one shard;
+every message of a flow key is too as long as the key always comes with the same route,
+which the queue enforces: on more than one shard, each flow key's route is recorded
+(``f:route``, on the shard the flow key itself hashes to, checked and recorded in one
+script) by the first add that uses it, and a request naming another route for that
+key is refused with ValueError before anything of its batch is added (the routes of
+the batch's other keys may have been recorded by then). So both limits
+are exact, at the price of one more round trip (to the flow keys' own shards, in
+parallel) per `add_requests` call with flows, and of one record per flow key until
+`purge` or `delete_queue` (which clear them). Task limits keep a key's route: a key is
+named after its task and the rate key is the task's. A flow with a ``partition_key``
+other than its route is refused too (the two would route it to different shards). A
+unique key given with a flow is unique within the route's shard, as with a partition
+key. Round-robin across keys holds among the keys of one shard; a receive takes from
+several shards at once, as for every message (ordering ``none``).
+
 Receive. A receive first polls up to ``max_messages`` shards without blocking, in
 parallel, starting at a shard that rotates with every call (fairness: no shard is
 always read first), with ``max_messages`` split between them. Empty-handed, it blocks
@@ -30,7 +50,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from taskrunner.errors import BackendUnavailableError
-from taskrunner.queue import Added, AddRequest, Delivery
+from taskrunner.queue import Added, AddRequest, Delivery, Flow
 from taskrunner_backends.checks import (
     check_bodies,
     check_count,
@@ -321,11 +341,13 @@ class DeliveryMixin(ShardsBase):
             BackendUnavailableError: A master could not be reached; some of the
                 requests may have been added.
         """
-        requests = check_requests(requests)
+        requests = check_requests(requests, flow=True)
         self._check_open()
         # Every request is checked before any shard adds anything.
         for request in requests:
             _encode_request(request)
+            self._check_flow_routing(request)
+        await self._record_routes(requests)
         parts: dict[int, list[int]] = {}
         for index, request in enumerate(requests):
             parts.setdefault(self._shard_for(request), []).append(index)
@@ -352,14 +374,21 @@ class DeliveryMixin(ShardsBase):
         """
         if isinstance(requests, AddRequest):
             raise TypeError("requests must be a sequence of AddRequest, not a single one")
+        requests = check_requests(requests, flow=True)
         ids = check_relay_ids(relay_ids, len(requests))
         _milliseconds("record_seconds", record_seconds, positive=True)
         self._check_open()
         for request in requests:
             _encode_request(request)
+            self._check_flow_routing(request)
+        await self._record_routes(requests)
         parts: dict[int, list[int]] = {}
         for index, request in enumerate(requests):
-            keyed = request.partition_key is not None or request.unique_key is not None
+            keyed = (
+                request.partition_key is not None
+                or request.unique_key is not None
+                or request.flow is not None
+            )
             shard = self._shard_for(request) if keyed else _hash_shard(ids[index], self._count)
             parts.setdefault(shard, []).append(index)
         if not parts:
@@ -382,7 +411,56 @@ class DeliveryMixin(ShardsBase):
                 added[index] = Added(message_id=f"{s}@{one.message_id}", added=one.added)
         return added
 
+    def _check_flow_routing(self, request: AddRequest) -> None:
+        """Refuse a flow with a partition key that would route it elsewhere."""
+        flow = request.flow
+        if flow is None or self._count == 1:
+            return
+        route = _route(flow)
+        if request.partition_key is not None and request.partition_key != route:
+            raise ValueError(
+                f"a request with a flow is routed by {route!r} (its rate key when it has a"
+                " rate, else its flow key); a different partition_key"
+                f" ({request.partition_key!r}) would route it elsewhere: nothing was added"
+            )
+
+    async def _record_routes(self, requests: Sequence[AddRequest]) -> None:
+        """Record each flow key's route on its own shard; refuse a key's second route.
+
+        One script per flow key's shard, in parallel, before anything is added (see the
+        module docstring). Nothing to do on one shard, where every limit is exact.
+
+        Raises:
+            ValueError: A flow key comes with another route than the one recorded for
+                it (or than another request of the batch); nothing was added.
+        """
+        if self._count == 1:
+            return
+        routes: dict[str, str] = {}
+        for request in requests:
+            if request.flow is None:
+                continue
+            key, route = request.flow.key, _route(request.flow)
+            if routes.setdefault(key, route) != route:
+                raise ValueError(_route_conflict(key, routes[key], route, self._count))
+        if not routes:
+            return
+        homes: dict[int, list[str]] = {}
+        for key in routes:
+            homes.setdefault(_hash_shard(key, self._count), []).append(key)
+        shards = list(homes)
+        replies = await self._gather(
+            [self._shards[s].record_flow_routes({k: routes[k] for k in homes[s]}) for s in shards]
+        )
+        for recorded in replies:
+            for key, route in recorded.items():
+                if route != routes[key]:
+                    raise ValueError(_route_conflict(key, route, routes[key], self._count))
+
     def _shard_for(self, request: AddRequest) -> int:
+        if request.flow is not None:
+            # Every message of a rate key, and of a flow key, on one shard (see above).
+            return _hash_shard(_route(request.flow), self._count)
         key = request.partition_key if request.partition_key is not None else request.unique_key
         if key is not None:
             if not isinstance(key, str) or not key:  # type: ignore[redundant-expr]
@@ -407,3 +485,17 @@ class DeliveryMixin(ShardsBase):
             for (index, _), flag in zip(parts[s], reply, strict=True):
                 flags[index] = flag
         return flags
+
+
+def _route(flow: Flow) -> str:
+    """What routes a message with `flow`: its rate key when it has a rate, else its key."""
+    return flow.rate_counter if flow.rate is not None else flow.key
+
+
+def _route_conflict(key: str, recorded: str, asked: str, shards: int) -> str:
+    return (
+        f"flow key {key!r} is routed by {recorded!r} on this queue of {shards} shards; a"
+        f" request routing it by {asked!r} (its rate key when it has a rate, else its key)"
+        " would split the key's messages over two shards and its limits with them: give"
+        " one key's messages one rate key (or none) throughout; nothing was added"
+    )

@@ -170,6 +170,11 @@ class PartsMixin(ShardsBase):
             for (index, _), state in zip(parts[s], reply, strict=True):
                 if state is not None:
                     state = msgspec.structs.replace(state, message_id=ids[index])
+                if state is not None and state.waiting is not None and state.waiting.holders:
+                    # Holders are ids of the same shard (a flow key lives on one).
+                    holders = tuple(f"{s}@{h}" for h in state.waiting.holders)
+                    waiting = msgspec.structs.replace(state.waiting, holders=holders)
+                    state = msgspec.structs.replace(state, waiting=waiting)
                 states[index] = state
         return states
 

@@ -11,7 +11,8 @@ Where each part is (each module's opening comment gives its design):
 * `receiving`: `receive` (with the doorbell that keeps delayed messages prompt) and
   `reclaim`; `receipts`: the lease in the holder's name and the receipt token;
 * `fencing`: heartbeat, ack, release (with a delay) and dead letter, fenced by receipt;
-* `adding`: `add`, delayed and unique adds (`add_requests`), `cancel`, durable enqueue;
+* `adding`: `add`, delayed, unique and flow-controlled adds (`add_requests`), `cancel`,
+  durable enqueue (admission of flow-controlled messages is in `receiving`);
 * `leadership`: leader leases and scheduled fires;
 * `results`: the result store and the listener behind `wait_result`;
 * `lookup` and `browse`: reading messages by id or by page, writing nothing;
@@ -140,6 +141,7 @@ _CAPABILITIES = Capabilities(
     result_notify=True,
     lookup=True,
     browse=True,
+    flow_control=True,
 )
 
 _DURABLE_CAPABILITIES = msgspec.structs.replace(_CAPABILITIES, durable_enqueue=True)

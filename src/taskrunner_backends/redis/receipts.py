@@ -38,6 +38,8 @@ class _Message:
     message_id: str
     base_count: int
     unique: bool = False
+    # Admitted by flow control (field f): its ack, dead letter and release free a slot.
+    flow: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,20 +102,24 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
         message_id=message_id,
         base_count=base,
         unique=b"u" in seen,
+        flow=b"f" in seen,
     )
 
 
 def _token(message: _Message | _Malformed, base: int, lease_ms: int) -> str:
     unique = isinstance(message, _Message) and message.unique
+    flow = isinstance(message, _Message) and message.flow
     if (
         isinstance(message, _Message)
         and message.entry_id == message.message_id
         and base == 0
         and not unique
+        and not flow
     ):
         return str(lease_ms)
-    # "u": the message holds a unique key, which its ack must read and free.
-    return f"{lease_ms}:{message.entry_id}/{base}{'u' if unique else ''}"
+    # "u": the message holds a unique key, which its ack must read and free; "f": it
+    # holds a flow-control slot, which its ack, dead letter and release give back.
+    return f"{lease_ms}:{message.entry_id}/{base}{'u' if unique else ''}{'f' if flow else ''}"
 
 
 class _Located(NamedTuple):
@@ -121,6 +127,7 @@ class _Located(NamedTuple):
     base: int
     lease_ms: int
     unique: bool
+    flow: bool = False
 
 
 def _locate(delivery: Delivery) -> _Located | None:
@@ -128,16 +135,19 @@ def _locate(delivery: Delivery) -> _Located | None:
 
     Receipt tokens are ``LEASE_MS`` when the entry is the message's first one and it
     holds no unique key, else ``LEASE_MS:ENTRY_ID/BASE`` (BASE: deliveries before the
-    entry was re-added), with ``u`` appended when the message holds a unique key.
+    entry was re-added), with ``u`` appended when the message holds a unique key, then
+    ``f`` when flow control admitted it.
     """
     raw_lease, _, rest = delivery.receipt.token.partition(":")
     if not raw_lease.isdigit() or len(raw_lease) > 16:
         return None
-    unique = False
+    unique = flow = False
     if not rest:
         entry_id, base = delivery.message_id, 0
     else:
         entry_id, _, raw_base = rest.partition("/")
+        if raw_base.endswith("f"):
+            flow, raw_base = True, raw_base[:-1]
         if raw_base.endswith("u"):
             unique, raw_base = True, raw_base[:-1]
         if not raw_base.isdigit() or len(raw_base) > 18:
@@ -145,7 +155,7 @@ def _locate(delivery: Delivery) -> _Located | None:
         base = int(raw_base)
     if not _STREAM_ID_TEXT.fullmatch(entry_id):
         return None
-    return _Located(entry_id, base, int(raw_lease), unique)
+    return _Located(entry_id, base, int(raw_lease), unique, flow)
 
 
 def _holder(consumer: str, lease_ms: int) -> str:

@@ -20,6 +20,20 @@ holding a ring leaves it pending in the bell's group, where `remove_consumers` a
 `remove_idle_consumers` clear it, and the others still recheck every
 `DELAYED_RECHECK_SECONDS`. Rings never count in `stats` or `len`.
 
+Flow control (`taskrunner.queue_flow`). Messages added with a flow wait in per-key
+lines (see `keys`) outside the stream. The receive script also says, for one EXISTS on
+a queue without flows, whether a flow key may admit now, and counts down to the next
+rate-blocked key's time as to a due delayed message (a blocked read ends then). When
+the receive's own read left room, one more script (``lua/admit.lua``) leases the ready
+messages that arrived meanwhile and then admits waiting messages for the rest:
+round-robin over the admissible keys (least recently served first), FIFO within a
+key, each key's concurrency counted in ``f:held`` and its rate by GCRA on the
+server's clock; what it admits it leases to the receive in the same script. So a
+queue without flows pays one EXISTS per receive, and a message is admitted only by a
+receive that takes it. Scripts that make a key admissible (a new waiting message of
+an idle key, a slot freed by ack, dead letter or release, a cancel that changes a
+blocked key's head) ring the doorbell, which wakes one blocked receive.
+
 Reclaim. `reclaim` pages through the PEL with ``XPENDING`` from a cursor kept on the
 queue object (restarting at the oldest entry when it reaches the end), at most
 `RECLAIM_SCAN_BUDGET` entries per call, so lapsed entries behind many live ones are
@@ -199,7 +213,12 @@ class ReceiveMixin(FencingMixin):
         The promotion script goes first in the same write, so what it promotes is read.
         """
         keys = self._keys.scheduling
-        prepare_args: tuple[Arg, ...] = (self._keys.group, PROMOTE_BATCH, *rings)
+        prepare_args: tuple[Arg, ...] = (
+            self._keys.group,
+            PROMOTE_BATCH,
+            self._keys.flow_prefix,
+            *rings,
+        )
         read: tuple[Arg, ...] = (
             "XREADGROUP",
             "GROUP",
@@ -230,7 +249,33 @@ class ReceiveMixin(FencingMixin):
             # again through the path that loads it and recreates groups. The entries
             # read meanwhile are leased already and are returned all the same.
             due = await self._script("receive", "receive", keys, prepare_args)
-        return _as_int(due), entries
+        if not isinstance(due, list):
+            return _as_int(due), entries
+        # Flow keys wait: the reply also says whether one may admit now.
+        next_due_ms, admissible = _as_int(due[0]), _as_int(due[1])
+        if admissible and len(entries) < max_messages:
+            wake_ms, admitted = await self._admit(holder, max_messages - len(entries))
+            entries.extend(admitted)
+            if wake_ms >= 0 and (next_due_ms < 0 or wake_ms < next_due_ms):
+                next_due_ms = wake_ms
+        return next_due_ms, entries
+
+    async def _admit(self, holder: str, count: int) -> tuple[int, list[tuple[str, object]]]:
+        """Lease up to `count` ready messages, then admit waiting ones for the rest.
+
+        One script (``lua/admit.lua``): ready messages that arrived since the receive's
+        own read go first, then flow control admits waiting messages round-robin over
+        their keys, each leased to `holder` in the same script. Returns the ms until a
+        rate-blocked key may admit again (-1: none) and the leased entries.
+        """
+        reply = await self._script(
+            "receive",
+            "admit",
+            self._keys.scheduling,
+            (self._keys.group, holder, count, self._keys.flow_prefix),
+        )
+        entries: list[tuple[str, object]] = [(_as_str(e[0]), e[1]) for e in reply[1:]]
+        return _as_int(reply[0]), entries
 
     async def _hand_on(
         self, deliveries: list[Delivery], woken: bool, next_due_ms: int, rings: list[str]
@@ -288,6 +333,7 @@ class ReceiveMixin(FencingMixin):
                 max_messages,
                 self._reclaim_cursor,
                 RECLAIM_SCAN_BUDGET,
+                self._keys.flow_prefix,
             ),
         )
         self._reclaim_cursor = _as_str(reply[0])

@@ -26,22 +26,39 @@ class Script:
     sha: str
 
 
+# Scripts that make messages wait, admit them, free their slots or cancel waiting ones
+# start with the shared flow-control functions of ``lua/flow_lib.lua`` (Lua scripts
+# cannot include one another; the text is put in front of theirs here).
+_WITH_FLOW = frozenset(
+    {"add_requests", "receive", "admit", "fenced", "cancel", "reclaim", "retry_dead"}
+)
+
+
+def _read(name: str) -> bytes:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
+
+
 def _load(name: str) -> Script:
-    source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_bytes()
+    source = _read(name)
+    if name in _WITH_FLOW:
+        source = _read("flow_lib") + b"\n" + source
     return Script(name=name, source=source, sha=hashlib.sha1(source).hexdigest())
 
 
 #: Every script by name: fenced (heartbeat/ack/release/dead-letter), receive (promote
-#: due delayed messages, then read new ones), reclaim (XPENDING pages from a cursor,
+#: due delayed messages, then read new ones), admit (lease ready messages, then admit
+#: waiting ones of flow control), reclaim (XPENDING pages from a cursor,
 #: each entry judged by its holder's lease), stats, the admin operations, consumer GC,
 #: the worker registry, the test hook age_lease, clear (purge and delete_queue), the
 #: scheduling and leadership parts (add_requests, cancel, leadership), and the results
-#: and lookup parts (results: put and delete; lookup), and the browse part (browse).
+#: and lookup parts (results: put and delete; lookup), and the browse part (browse);
+#: flow_route: a partitioned queue's record of each flow key's route.
 SCRIPTS: dict[str, Script] = {
     name: _load(name)
     for name in (
         "fenced",
         "receive",
+        "admit",
         "reclaim",
         "stats",
         "retry_dead",
@@ -56,5 +73,6 @@ SCRIPTS: dict[str, Script] = {
         "results",
         "lookup",
         "browse",
+        "flow_route",
     )
 }

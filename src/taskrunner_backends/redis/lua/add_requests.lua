@@ -2,10 +2,11 @@
 --
 -- KEYS: 1 stream, 2 dead (unused), 3 delayed zset, 4 parked stream, 5 origins (unused),
 --       6 doorbell stream, 7 moved hash, 8 uniques zset, 9 dead ids (unused)
--- ARGV: 1 group, 2 unique-key prefix, 3 relay-record prefix, 4 relay-record ms, then 6
---       per request: mode ("r" ready, "d" delay in ms, "a" due at Unix seconds as
---       text), value, unique key ("" none), unique ms ("" none, "0" not held), body,
---       relay id ("" none)
+-- ARGV: 1 group, 2 unique-key prefix, 3 relay-record prefix, 4 relay-record ms,
+--       5 flow-control prefix, then 7 per request: mode ("r" ready, "d" delay in ms,
+--       "a" due at Unix seconds as text), value, unique key ("" none), unique ms (""
+--       none, "0" not held), body, flow ("" none, else key, concurrency, rate, burst
+--       and rate key joined by NUL, "" for an absent one), relay id ("" none)
 -- Returns {message id, 1 added | 0 held by that message, ...}, one pair per request.
 --
 -- A relay id (an outbox row's id) makes the request idempotent: its outcome (the
@@ -21,10 +22,16 @@
 -- later XADD can produce it): delayed and plain message ids never collide. Its parked
 -- entry carries that id (i) and delivery count 0 (n), as released messages do, and
 -- `moved` maps the id to the parked entry so cancel can find it.
+--
+-- A message with a flow is parked the same way under a reserved id, with its flow in
+-- its fields (f key, fc concurrency, fr rate, fb burst, fk rate key), and waits
+-- (flow_lib.lua) from its due time: at once when it has no delay, else when the
+-- receive that promotes it finds it due.
 
 local stream, delayed, parked = KEYS[1], KEYS[3], KEYS[4]
 local bell, moved, uniques = KEYS[6], KEYS[7], KEYS[8]
 local group, uprefix, rprefix, rms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+flow.prefix, flow.bell = ARGV[5], bell
 local MAX_MS = 4503599627370496
 
 local t = redis.call('TIME')
@@ -63,9 +70,32 @@ local pruned = false
 local earliest = false   -- the earliest due time parked before this script, when read
 local ring = false
 local out = {}
-for i = 5, #ARGV, 6 do
+-- The fields a flow spec adds to its message, and its key.
+local function flow_fields(spec, fields)
+  local parts = {}
+  local start = 1
+  while true do
+    local stop = string.find(spec, '\0', start, true)
+    if not stop then
+      parts[#parts + 1] = string.sub(spec, start)
+      break
+    end
+    parts[#parts + 1] = string.sub(spec, start, stop - 1)
+    start = stop + 1
+  end
+  local names = {'f', 'fc', 'fr', 'fb', 'fk'}
+  for j = 1, 5 do
+    if parts[j] and parts[j] ~= '' then
+      fields[#fields + 1] = names[j]
+      fields[#fields + 1] = parts[j]
+    end
+  end
+  return parts[1]
+end
+
+for i = 6, #ARGV, 7 do
   local mode, value, ukey, ums, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local relay = ARGV[i + 5]
+  local spec, relay = ARGV[i + 5], ARGV[i + 6]
   local holder = nil
   local relayed = false
   if relay ~= '' then
@@ -99,17 +129,30 @@ for i = 5, #ARGV, 6 do
       fields[4] = ukey
     end
     local id
-    if due <= now then
+    if due <= now and spec == '' then
       id = redis.call('XADD', stream, '*', unpack(fields))
       if last_ms ~= nil then
         last_ms, last_seq = parse(id)
       end
+    elseif due <= now then
+      id = reserve()
+      fields[#fields + 1] = 'i'
+      fields[#fields + 1] = id
+      fields[#fields + 1] = 'n'
+      fields[#fields + 1] = '0'
+      local k = flow_fields(spec, fields)
+      local parked_id = redis.call('XADD', parked, '*', unpack(fields))
+      redis.call('HSET', moved, id, 'p' .. parked_id)
+      flow_wait(k, parked_id)
     else
       id = reserve()
       fields[#fields + 1] = 'i'
       fields[#fields + 1] = id
       fields[#fields + 1] = 'n'
       fields[#fields + 1] = '0'
+      if spec ~= '' then
+        flow_fields(spec, fields)
+      end
       if earliest == false then
         local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
         earliest = (#first > 0) and tonumber(first[2]) or nil
@@ -138,7 +181,7 @@ for i = 5, #ARGV, 6 do
     out[#out + 1] = 1
   end
 end
-if ring then
+if ring and not flow.rung then
   -- Wakes one blocked receive, which re-runs its script and blocks until this due time.
   redis.call('XADD', bell, 'MAXLEN', '~', 64, '*', 'r', '1')
 end

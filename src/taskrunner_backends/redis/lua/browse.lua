@@ -1,9 +1,10 @@
 -- A page of the waiting or in-flight messages, read-only (nothing is written).
 --
--- KEYS: 1 stream
--- ARGV: 1 group, 2 "waiting" | "in_flight", 3 cursor (a stream entry id; "" = from the
---       first), 4 limit (count, checked by the caller), 5 body bytes ("" = whole bodies;
---       else the body field 'b' is cut to its first N bytes here, on the server)
+-- KEYS: 1 stream, 2 parked stream
+-- ARGV: 1 group, 2 "waiting" | "in_flight", 3 cursor (a stream entry id, or "w<number>"
+--       for a message waiting for flow control; "" = from the first), 4 limit (count,
+--       checked by the caller), 5 body bytes ("" = whole bodies; else the body field
+--       'b' is cut to its first N bytes here, on the server), 6 flow-control prefix
 -- Returns 6 values per entry, in entry-id order: entry id, its field list (false when
 --       the entry is gone), then for in_flight: group consumer, idle ms, PEL count
 --       (false for waiting), then the whole length of the 'b' field when it was cut
@@ -14,18 +15,26 @@
 -- of waiting ones is one XRANGE from the later of the cursor and that id; a page in
 -- flight one XPENDING from the cursor plus one XRANGE per entry for its fields.
 -- Neither touches an idle time, an owner or a delivery count.
+--
+-- Waiting for flow control's admission counts as waiting: those messages are listed
+-- after the stream's waiting entries, in the order they started to wait, each with the
+-- cursor "w<number>" (its number in f:waiting): one ZRANGEBYSCORE from the cursor's
+-- number plus one XRANGE of the parked stream per message.
 
 local stream = KEYS[1]
 local group, state, after, limit = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local cut = tonumber(ARGV[5])
+local parked, waiting = KEYS[2], ARGV[6] .. 'waiting'
 
 local out = {}
-if redis.call('EXISTS', stream) == 0 then
+local flow_after = string.match(after, '^w(%d+)$')
+local has_stream = redis.call('EXISTS', stream) == 1
+if not has_stream and state ~= 'waiting' then
   return out
 end
 
 local last = nil
-for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+for _, g in ipairs(has_stream and redis.call('XINFO', 'GROUPS', stream) or {}) do
   for i = 1, #g, 2 do
     if g[i] == 'name' and g[i + 1] == group then
       for j = 1, #g, 2 do
@@ -74,19 +83,44 @@ local function emit(id, fields, consumer, idle, count)
   out[n + 6] = size
 end
 
+-- The messages waiting for admission after number `from`, as many as `count`.
+local function flow_page(from, count)
+  if count <= 0 then
+    return
+  end
+  local line = redis.call('ZRANGEBYSCORE', waiting, '(' .. from, '+inf', 'WITHSCORES',
+    'LIMIT', 0, count)
+  for i = 1, #line, 2 do
+    local r = redis.call('XRANGE', parked, line[i], line[i])
+    if #r > 0 then
+      emit('w' .. line[i + 1], r[1][2])
+    end
+  end
+end
+
 if state == 'waiting' then
-  -- No group yet: nothing was delivered, every entry waits.
-  local start = last or '0-0'
-  if after ~= '' and less(start, after) then
-    start = after
+  if flow_after then
+    -- The stream's waiting entries came before: only the flow part is left.
+    flow_page(flow_after, limit)
+    return out
   end
-  for _, e in ipairs(redis.call('XRANGE', stream, '(' .. start, '+', 'COUNT', limit)) do
-    emit(e[1], e[2])
+  local listed = 0
+  if has_stream then
+    -- No group yet: nothing was delivered, every entry waits.
+    local start = last or '0-0'
+    if after ~= '' and less(start, after) then
+      start = after
+    end
+    for _, e in ipairs(redis.call('XRANGE', stream, '(' .. start, '+', 'COUNT', limit)) do
+      emit(e[1], e[2])
+      listed = listed + 1
+    end
   end
+  flow_page(0, limit - listed)
   return out
 end
 
-if last == nil then
+if last == nil or flow_after then
   return out
 end
 local from = '-'

@@ -1,18 +1,21 @@
 -- Remove ready or delayed messages so they are never delivered; free their unique keys.
 --
 -- KEYS: 1 stream, 2 dead (unused), 3 delayed zset, 4 parked stream, 5 origins hash,
---       6 doorbell (unused), 7 moved hash, 8 uniques zset, 9 dead ids (unused)
--- ARGV: 1 group, 2 unique-key prefix, then message ids
+--       6 doorbell, 7 moved hash, 8 uniques zset, 9 dead ids (unused)
+-- ARGV: 1 group, 2 unique-key prefix, 3 flow-control prefix, then message ids
 -- Returns one flag per id: 1 removed, 0 not removable (in flight, gone or unknown).
 --
 -- A message whose entry id is its message id is a plain stream entry; any other
 -- (released, or added with a delay) is found through `moved`. A stream entry is ready
 -- when it is newer than the group's last-delivered id: XREADGROUP > has not handed it
 -- to anyone, so it is in no PEL. Older entries still in the stream are in flight.
+-- A message waiting for flow control's admission is parked too (in its key's f:q:
+-- zset, not in the delayed set): it leaves its key's line and holds no slot to free.
 
 local stream, delayed, parked, origins = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local moved, uniques = KEYS[7], KEYS[8]
 local group, uprefix = ARGV[1], ARGV[2]
+flow.prefix, flow.bell = ARGV[3], KEYS[6]
 
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
@@ -71,7 +74,7 @@ local function free(fields, message_id)
 end
 
 local out = {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local id = ARGV[i]
   local done = 0
   local loc = redis.call('HGET', moved, id)
@@ -85,6 +88,15 @@ for i = 3, #ARGV do
         redis.call('HDEL', moved, id)
         free(r[1] and r[1][2], id)
         done = 1
+      else
+        local r = redis.call('XRANGE', parked, where, where)
+        local k = r[1] and flow_of(r[1][2])
+        if k and flow_unwait(k, where) then
+          redis.call('XDEL', parked, where)
+          redis.call('HDEL', moved, id)
+          free(r[1][2], id)
+          done = 1
+        end
       end
     else
       local fields = ready(where)

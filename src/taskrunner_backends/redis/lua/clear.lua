@@ -8,7 +8,7 @@
 --       letters are); delete: `QueueKeys.every_key`, which starts with the same nine
 --       (KEYS[13] is `results`)
 -- ARGV: 1 'purge' or 'delete', 2 group, 3 unique-key prefix, 4 result-key prefix
---       (delete only)
+--       (delete only; "" for purge), 5 flow-control prefix
 -- Returns: purge: how many messages were deleted; delete: {last, now}, the largest
 --   millisecond part of any id the stream or the dead-letter stream handed out (-1:
 --   none) and the server's clock (ms). The caller waits until the clock is past
@@ -18,10 +18,30 @@
 -- Purge trims the stream instead of deleting it, so its last id survives and new
 -- entries never reuse a purged id (a stale receipt could otherwise match a new
 -- message). Recreating the group drops every PEL entry, so purged receipts report lost.
+-- Both clear every flow-control key: waiting messages (counted by purge), slots,
+-- turns and rate times; f:turn names every key that has had waiting messages (and
+-- so every f:q:<key> and f:h:<key>).
 
 local stream, dead, delayed, parked, origins = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local moved, uniques = KEYS[7], KEYS[8]
 local mode, group, uprefix = ARGV[1], ARGV[2], ARGV[3]
+local fprefix = ARGV[5]
+
+local function clear_flow()
+  -- HGETALL, not HKEYS: only commands of the documented ACL.
+  local turns = redis.call('HGETALL', fprefix .. 'turn')
+  for i = 1, #turns, 1000 do
+    local batch = {}
+    for j = i, math.min(i + 999, #turns), 2 do
+      batch[#batch + 1] = fprefix .. 'q:' .. turns[j]
+      batch[#batch + 1] = fprefix .. 'h:' .. turns[j]
+    end
+    redis.call('DEL', unpack(batch))
+  end
+  redis.call('DEL', fprefix .. 'seq', fprefix .. 'waiting', fprefix .. 'ring',
+    fprefix .. 'slot', fprefix .. 'rate', fprefix .. 'turn',
+    fprefix .. 'tat', fprefix .. 'adm', fprefix .. 'route')
+end
 
 local function delete_indexed(index, prefix)
   local held = redis.call('ZRANGE', index, 0, -1)
@@ -51,13 +71,16 @@ if mode == 'delete' then
   local last = math.max(last_ms(stream), last_ms(dead))
   delete_indexed(uniques, uprefix)
   delete_indexed(KEYS[13], ARGV[4])
+  clear_flow()
   redis.call('DEL', unpack(KEYS))
   local t = redis.call('TIME')
   return {last, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
 end
 
 local n = redis.call('XLEN', stream) + redis.call('ZCARD', delayed)
+  + redis.call('ZCARD', fprefix .. 'waiting')
 delete_indexed(uniques, uprefix)
+clear_flow()
 redis.call('DEL', delayed, parked, origins, moved, uniques)
 if redis.call('EXISTS', stream) == 0 then
   -- Nothing was ever added: create nothing.

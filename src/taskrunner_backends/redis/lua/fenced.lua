@@ -4,20 +4,28 @@
 --       6 doorbell stream, 7 moved hash, 8 uniques zset, 9 dead letters by original id
 -- ARGV: 1 op ("heartbeat" | "ack" | "release" | "dead"), 2 group,
 --       3 reason (dead) or delay in ms (release), 4 "1" when the server has XACKDEL,
---       5 unique-key prefix,
+--       5 unique-key prefix, 6 flow-control prefix,
 --       then 6 per delivery: entry id, consumer, expected PEL delivery count,
---       message id, reported delivery count, body override ("=" .. bytes), or "u" when
---       the message holds a unique key (its entry's field u), or ""
+--       message id, reported delivery count, body override ("=" .. bytes), or flags:
+--       "u" when the message holds a unique key (its entry's field u), "f" when it
+--       was admitted by flow control (field f), both, or ""
 -- Returns one status per delivery: 1 done, 0 lease lost (nothing touched),
 --       2 lease lost because the payload was gone (a dead letter records it).
 --
 -- The check and the action run in one script, so no claim can slip between them.
 -- XCLAIM checks no owner and XACK is silent; the XPENDING probe is the fence.
+--
+-- Flow control: ack, dead-letter and release of an admitted message give its slot back
+-- (flow_free) in this same script as the outcome, so a key never counts a finished
+-- message nor misses a running one. A released message with a flow waits again at the
+-- back of its key's messages (flow_wait), at once or, with a delay, from its due time
+-- (receive.lua starts it waiting then). A heartbeat changes nothing of it.
 
 local stream, dead, delayed, parked, origins = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local bell, moved, uniques, dead_ids = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local op, group, arg, has_xackdel = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 local uprefix = ARGV[5]
+flow.prefix, flow.bell = ARGV[6], bell
 local GONE = 'payload removed from the stream while pending'
 
 local function now_ms()
@@ -167,18 +175,32 @@ local function stamp()
   return string.format('%d.%03d', tonumber(t[1]) * 1000 + math.floor(us / 1000), us % 1000)
 end
 
-local function bury(body, reason, message_id, count)
-  local dead_id = redis.call('XADD', dead, '*', 'b', body, 'r', reason, 'o', message_id,
-    'c', count, 't', stamp())
+-- A dead letter of a message with a flow keeps its flow fields (f, fc, fr, fb, fk), so
+-- a retry makes it wait under the same flow.
+local FLOW_FIELDS = {f = true, fc = true, fr = true, fb = true, fk = true}
+
+local function bury(body, reason, message_id, count, fields)
+  local entry = {'b', body, 'r', reason, 'o', message_id, 'c', count, 't', stamp()}
+  if fields and flow_of(fields) then
+    for i = 1, #fields, 2 do
+      if FLOW_FIELDS[fields[i]] then
+        entry[#entry + 1] = fields[i]
+        entry[#entry + 1] = fields[i + 1]
+      end
+    end
+  end
+  local dead_id = redis.call('XADD', dead, '*', unpack(entry))
   redis.call('HSET', dead_ids, message_id, dead_id)
 end
 
 local result = {}
 local now = nil
-for i = 6, #ARGV, 6 do
+for i = 7, #ARGV, 6 do
   local id, consumer, count = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local message_id, reported, override = ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
   local status = 0
+  local flags = string.sub(override, 1, 1) ~= '=' and override or ''
+  local flowed = string.find(flags, 'f', 1, true) ~= nil
   if owned(id, consumer, count) then
     now = now or now_ms()
     if op == 'heartbeat' then
@@ -190,14 +212,18 @@ for i = 6, #ARGV, 6 do
           redis.call('HDEL', origins, id)
         end
         forget(id, message_id)
+        flow_free(message_id)
         bury('', GONE, message_id, reported)
         status = 2
       else
         status = 1
       end
     elseif op == 'ack' then
-      if override == 'u' then
+      if string.find(flags, 'u', 1, true) then
         free_unique(fields_of(id), message_id)
+      end
+      if flowed then
+        flow_free(message_id)
       end
       complete_later(id, message_id)
       forget(id, message_id)
@@ -210,6 +236,7 @@ for i = 6, #ARGV, 6 do
           redis.call('HDEL', origins, id)
         end
         forget(id, message_id)
+        flow_free(message_id)
         bury('', GONE, message_id, reported)
         status = 2
       else
@@ -228,7 +255,15 @@ for i = 6, #ARGV, 6 do
         copy[#copy + 1] = reported
         -- Its unique key (u) travels with it: a release is no final outcome.
         local delay = tonumber(arg)
-        if delay <= 0 then
+        local k = flow_of(copy)
+        if k then
+          flow_free(message_id)
+        end
+        if k and delay <= 0 then
+          local parked_id = redis.call('XADD', parked, '*', unpack(copy))
+          redis.call('HSET', moved, message_id, 'p' .. parked_id)
+          flow_wait(k, parked_id)
+        elseif delay <= 0 then
           local new_id = redis.call('XADD', stream, '*', unpack(copy))
           redis.call('HSET', origins, new_id, message_id .. '/' .. reported)
           redis.call('HSET', moved, message_id, 's' .. new_id)
@@ -240,17 +275,20 @@ for i = 6, #ARGV, 6 do
         status = 1
       end
     elseif op == 'dead' then
-      local body
+      local body, fields
       if string.sub(override, 1, 1) == '=' then
         body = string.sub(override, 2)
       else
-        local fields = fields_of(id)
+        fields = fields_of(id)
         body = body_of(fields)
         free_unique(fields, message_id)
+        if flowed then
+          flow_free(message_id)
+        end
       end
       complete(id, message_id)
       forget(id, message_id)
-      bury(body, arg, message_id, reported)
+      bury(body, arg, message_id, reported, fields)
       status = 1
     else
       return redis.error_reply('ERR unknown fenced operation ' .. tostring(op))

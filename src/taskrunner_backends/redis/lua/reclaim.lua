@@ -1,23 +1,26 @@
 -- Take over lapsed leases, each judged by its holder's own lease, following a cursor.
 --
 -- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset (unused), 4 parked (unused),
---       5 origins hash, 6 doorbell (unused), 7 moved hash, 8 uniques (unused),
+--       5 origins hash, 6 doorbell, 7 moved hash, 8 uniques (unused),
 --       9 dead letters by original id
 -- ARGV: 1 group, 2 consumer (with its lease suffix), 3 lease ms assumed for holders
 --       whose name carries none, 4 count, 5 cursor ("0-0": from the start),
---       6 PEL entries to scan at most
+--       6 PEL entries to scan at most, 7 flow-control prefix
 -- Returns {next cursor, payloads found deleted, id, delivery count, fields, ...}
 --
 -- A consumer's name ends in "~<lease ms>": the lease every delivery it holds was
 -- granted (see queue.py). An entry is lapsed when its idle time exceeds its holder's
 -- lease, whatever lease the reclaimer itself uses. XCLAIM with that lease as its
 -- min-idle-time is the claim; the whole scan runs in one script, so no heartbeat can
--- slip between the check and the claim.
+-- slip between the check and the claim. A reclaimed message of flow control keeps the
+-- slot it was admitted with: reclaim admits nothing and spends no rate. One whose
+-- payload was deleted is dead-lettered, and gives its slot back.
 
 local stream, dead, origins, moved, dead_ids = KEYS[1], KEYS[2], KEYS[5], KEYS[7], KEYS[9]
 local group, consumer, default_lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local need, cursor, budget = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local GONE = 'payload removed from the stream while pending'
+flow.prefix, flow.bell = ARGV[7], KEYS[6]
 
 -- Dead-letter times in ms with microseconds, as fenced.lua writes them.
 local function stamp()
@@ -61,6 +64,7 @@ while need > 0 and scanned < budget do
           end
           redis.call('HDEL', origins, id)
           redis.call('HDEL', moved, message_id)
+          flow_free(message_id)
         end
         local dead_id = redis.call('XADD', dead, '*', 'b', '', 'r', GONE, 'o', message_id,
           'c', total, 't', stamp())

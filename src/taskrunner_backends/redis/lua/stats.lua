@@ -2,18 +2,23 @@
 --
 -- KEYS: 1 stream, 2 dead-letter stream, 3 delayed zset, 4 parked stream, 5 origins (unused)
 -- ARGV: 1 group, 2 how many of the oldest pending entries to inspect for idle time,
---       3 "counts" to return only the first five numbers (for len)
+--       3 "counts" to return only the first five numbers (for len), 4 flow-control
+--       prefix
 -- Returns {lag or -1, stream length, pending, dead, delayed, server ms,
 --          id of the oldest ready entry or "", longest idle ms among inspected or -1,
 --          delayed messages already due, due time (ms) of the earliest of them or -1,
---          consumer count, then per consumer: name, pending, idle ms, inactive ms or -1}
--- (with "counts", only the first five; delayed then includes the due ones).
+--          consumer count, then per consumer: name, pending, idle ms, inactive ms or -1,
+--          then messages waiting for flow control's admission, and the ms part of the
+--          oldest one's parked id (when it started to wait) or -1}
+-- (with "counts", the first five, then the waiting count; delayed then includes the
+-- due ones). Waiting messages are ready as far as callers are concerned.
 --
 -- A released message whose delay is over stays in the delayed set until a receive
 -- promotes it, but it is ready: the full snapshot counts it so, without moving it.
 
 local stream, dead, delayed = KEYS[1], KEYS[2], KEYS[3]
 local group, sample, counts_only = ARGV[1], ARGV[2], ARGV[3] == 'counts'
+local waiting_key = ARGV[4] .. 'waiting'
 
 local function as_map(flat)
   local m = {}
@@ -46,7 +51,7 @@ if not lag then
 end
 if counts_only then
   return {lag, redis.call('XLEN', stream), info['pending'], redis.call('XLEN', dead),
-          redis.call('ZCARD', delayed)}
+          redis.call('ZCARD', delayed), redis.call('ZCARD', waiting_key)}
 end
 
 local t = redis.call('TIME')
@@ -94,4 +99,7 @@ for _, c in ipairs(consumers) do
   out[#out + 1] = m['idle']
   out[#out + 1] = m['inactive'] or -1
 end
+out[#out + 1] = redis.call('ZCARD', waiting_key)
+local oldest = redis.call('ZRANGE', waiting_key, 0, 0)
+out[#out + 1] = (#oldest > 0) and tonumber(string.match(oldest[1], '^(%d+)-')) or -1
 return out
