@@ -142,10 +142,10 @@ class Scheduling(Protocol):
     * A unique key is freed after unique_seconds, never before.
     * A cancelled message is never delivered, and its unique key is freed.
     * Cancelling an in-flight, completed or unknown message returns False and changes nothing.
-    * A receive leases ready messages of a higher effective priority first.
-    * A released, delayed or retried message keeps its priority.
 
-    With ``Capabilities.priorities``, the *effective* priority of the oldest ready
+    With ``Capabilities.priorities`` (checked by X100-X104), a receive leases ready
+    messages of a higher effective priority first, and a released, delayed or retried
+    message keeps its priority. The *effective* priority of the oldest ready
     message of each level is its priority plus one for every
     ``Capabilities.priority_aging_seconds`` it has been ready (added, fallen due or
     released), up to `PRIORITY_MAX`; with no aging it is its priority (strict). So a

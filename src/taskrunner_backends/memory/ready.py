@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,8 +38,22 @@ class _Ready:
     # levels[p]: (message id, monotonic time it became ready), oldest first.
     levels: list[deque[tuple[str, float]]] = field(default_factory=_levels)
 
-    def append(self, message_id: str, priority: int, ready_at: float) -> None:
+    def append(self, message_id: str, priority: int = 0, ready_at: float = 0.0) -> None:
         self.levels[priority].append((message_id, ready_at))
+
+    def extend(self, message_ids: Iterable[str]) -> None:
+        """Append each of `message_ids` at level 0 (for tests that reorder a store)."""
+        for message_id in message_ids:
+            self.append(message_id)
+
+    def remove(self, message_id: str) -> None:
+        """Take `message_id` out of its level (O(n); for tests that model broken stores)."""
+        for level in self.levels:
+            for entry in level:
+                if entry[0] == message_id:
+                    level.remove(entry)
+                    return
+        raise ValueError(f"{message_id} is not ready")
 
     def __len__(self) -> int:
         return sum(len(level) for level in self.levels)
