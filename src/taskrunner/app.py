@@ -412,7 +412,7 @@ class App:
                 dispatch's own ``priority=`` wins. Not with the flow options above.
 
             Limited tasks need a backend that claims ``flow_control`` (memory, Redis,
-            Redis Cluster, PostgreSQL); a key function runs at dispatch, and its key is
+            Redis Cluster); a key function runs at dispatch, and its key is
             prefixed by the task name. See docs/flow-control.md.
 
         Raises:
