@@ -20,6 +20,7 @@ from taskrunner import (
     UnsupportedFeatureError,
 )
 from taskrunner.limits import parse_rate
+from taskrunner.queue_flow import check_flow
 from taskrunner.testing import FakeClock
 from taskrunner_backends.memory import InMemoryQueue
 
@@ -293,3 +294,26 @@ async def test_status_says_what_a_waiting_message_waits_for() -> None:
     stale = await producer.status(behind)
     assert stale.waiting_for is not None
     assert stale.waiting_for.endswith("; no worker has received from this queue for 120 s")
+
+
+async def test_a_key_of_exactly_512_bytes_with_the_task_name_is_taken_and_513_refused() -> None:
+    app = App("limits")
+
+    @app.task(name="mail", concurrency_limit=1, concurrency_key=lambda job: job.customer)
+    async def mail(job: Job) -> None: ...
+
+    queue = InMemoryQueue()
+    producer = Producer(queue, app)
+    longest = "é" * ((512 - len("mail:")) // 2) + "x"  # two-byte characters: bytes count
+    assert len(f"mail:{longest}".encode()) == 512
+    await producer.dispatch(mail, Job(longest))
+    with pytest.raises(FlowKeyError, match="over 512 bytes"):
+        await producer.dispatch(mail, Job(longest + "x"))
+    assert await queue.len() == 1
+
+
+def test_the_contract_takes_a_flow_key_of_512_bytes_and_refuses_513() -> None:
+    check_flow(Flow(key="k" * 512, rate_key="r" * 512, rate=1.0))
+    for flow in (Flow(key="k" * 513), Flow(key="k", rate=1.0, rate_key="é" * 257)):
+        with pytest.raises(ValueError, match="more than 512"):
+            check_flow(flow)
