@@ -497,8 +497,8 @@ class InMemoryQueue(
         deliveries: list[Delivery] = []
         aging = _CAPABILITIES.priority_aging_seconds
         while len(deliveries) < max_messages:
-            store.cancelled_ready -= store.ready.skip_gone(store.messages)
-            message_id = store.ready.pop(now, aging)
+            message_id, dropped = store.ready.pop(now, aging, store.messages)
+            store.cancelled_ready -= dropped
             if message_id is None:
                 break
             deliveries.append(self._grant(store.messages[message_id], consumer, lease_seconds, now))

@@ -84,11 +84,20 @@ class _Ready:
         """The add time of the oldest head (call `skip_gone` first)."""
         return min((messages[level[0][0]].added_at for level in self.levels if level), default=None)
 
-    def pop(self, now: float, aging: float | None) -> str | None:
-        """The next message's id (call `skip_gone` first), or None when all are empty."""
+    def pop(
+        self, now: float, aging: float | None, messages: Mapping[str, _Member]
+    ) -> tuple[str | None, int]:
+        """The next message's id (None when all are empty), and how many gone were dropped.
+
+        Gone (cancelled) heads met on the way are dropped in the same pass.
+        """
         best: deque[tuple[str, float]] | None = None
         best_rank = -1
+        dropped = 0
         for priority, level in enumerate(self.levels):
+            while level and level[0][0] not in messages:
+                level.popleft()
+                dropped += 1
             if not level:
                 continue
             rank = priority
@@ -97,4 +106,4 @@ class _Ready:
                 rank = min(PRIORITY_MAX, priority + math.floor(waited / aging))
             if rank >= best_rank:  # a tie goes to the higher level, met later
                 best, best_rank = level, rank
-        return None if best is None else best.popleft()[0]
+        return (None if best is None else best.popleft()[0]), dropped
