@@ -44,6 +44,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import taskrunner
 from taskrunner.errors import BackendError
@@ -186,7 +187,7 @@ class Slot:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "tests.soak.worker",
+                soak.worker_module,
                 "--url",
                 soak.server.url,
                 "--dir",
@@ -252,7 +253,14 @@ class Slot:
 
 
 class Soak:
-    """One run: the server, the worker slots, the producer, the faults and the log."""
+    """One run: the server, the worker slots, the producer, the faults and the log.
+
+    A variant (`tests.soak.flow`) subclasses it with its own queue, worker module and
+    `_dispatch`.
+    """
+
+    queue_name = app.queue
+    worker_module = "tests.soak.worker"
 
     def __init__(self, settings: Settings, directory: Path) -> None:
         self.settings = settings
@@ -292,7 +300,7 @@ class Soak:
             f"{self.server.binary.name} on port {self.server.port}, run dir {self.directory}"
         )
         queue = await open_from_url(
-            f"{self.server.url}?namespace={NAMESPACE}", queue_name=app.queue
+            f"{self.server.url}?namespace={NAMESPACE}", queue_name=self.queue_name
         )
         try:
             async with asyncio.TaskGroup() as tg:
@@ -346,11 +354,11 @@ class Soak:
             await self._send(producer, work_sync, [j for j in batch if j.n in sync])
 
     async def _send(
-        self, producer: taskrunner.Producer, task: taskrunner.Task[Job], jobs: Sequence[Job]
+        self, producer: taskrunner.Producer, task: taskrunner.Task[Any], jobs: Sequence[Any]
     ) -> None:
         if not jobs:
             return
-        numbers = [j.n for j in jobs]
+        numbers: list[int] = [j.n for j in jobs]
         while True:
             t0 = time.monotonic()
             try:
@@ -360,7 +368,8 @@ class Soak:
                 self.record(DispatchError(numbers, t0, time.monotonic(), repr(exc)))
                 await asyncio.sleep(0.2)
                 continue
-            self.record(Dispatched(numbers, ids, t0, time.monotonic()))
+            # The ids are `Dispatched` (a str subclass msgspec does not encode): plain str.
+            self.record(Dispatched(numbers, [str(i) for i in ids], t0, time.monotonic()))
             return
 
     async def _pause(self, low: float, high: float) -> bool:

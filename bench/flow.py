@@ -1,0 +1,246 @@
+"""What flow limits cost on Redis: throughput with each limit, against the same queue without.
+
+Run: ``python bench/flow.py`` (or ``nox -s bench-flow``); under a minute and a half on a
+2-core machine. Options: ``--url`` (default ``TASKRUNNER_BENCH_REDIS_URL``, else a
+private ``redis-server`` from PATH on a free loopback port, without persistence), ``-n``
+messages per measurement (default 5000), ``--runs`` (default 3), ``--only NAME,...``
+(the baseline is always measured).
+
+Each run measures these, one after the other, on one server, each on a fresh queue
+(its own namespace) with the same worker settings as ``bench/throughput.py``'s e2e
+(one fetcher, batches of 100, 200 concurrent tasks), in this process:
+
+* ``unlimited``: an async no-op task, no limits (the baseline);
+* ``rate``: ``rate_limit="1000000/s"`` (burst 1), a rate that never binds;
+* ``rate_burst100``: the same with ``rate_burst=100`` (for information, no goal);
+* ``concurrency``: ``concurrency_limit=10000``, no key (one key, never full);
+* ``both``: the rate and the concurrency limit together;
+* ``keys1000``: ``concurrency_limit=1`` per key over 1,000 keys (payload ``i % 1000``),
+  more keys than tasks can run at once, so the limit seldom binds but every admission
+  is per key.
+
+Timed: from just before ``Runner.run`` to the end of the N-th task (every message
+dispatched beforehand with ``dispatch_many``, untimed). Each ratio is the scenario's
+messages/s over the same run's ``unlimited``; the report gives the median over the
+runs, the goal (0.85 for limits that do not bind, 0.5 for 1,000 keys) and ``ok`` or
+``MISSED``. Exit status 1 when a goal is missed. The last line is one JSON object.
+
+A given server is never flushed: each queue's keys are deleted (SCAN MATCH + UNLINK).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+import taskrunner
+from taskrunner_backends.redis import open_from_url
+
+WORKER_CONFIG: dict[str, Any] = {
+    "num_fetchers": 1,
+    "num_workers": 200,
+    "batch_size": 100,
+    "lease_seconds": 60.0,
+    "block_seconds": 1.0,
+}
+TIMEOUT_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One measurement: a task declared with these flow options, and its goal."""
+
+    name: str
+    options: dict[str, Any]
+    goal: float | None
+    key: Callable[[int], str] | None = None
+
+
+def _by_thousand(i: int) -> str:
+    return str(i % 1000)
+
+
+SCENARIOS = [
+    Scenario("unlimited", {}, None),
+    Scenario("rate", {"rate_limit": "1000000/s"}, 0.85),
+    Scenario("rate_burst100", {"rate_limit": "1000000/s", "rate_burst": 100}, None),
+    Scenario("concurrency", {"concurrency_limit": 10_000}, 0.85),
+    Scenario("both", {"rate_limit": "1000000/s", "concurrency_limit": 10_000}, 0.85),
+    Scenario("keys1000", {"concurrency_limit": 1}, 0.5, _by_thousand),
+]
+
+
+async def measure(url: str, scenario: Scenario, n: int) -> float:
+    """Messages per second of `n` no-op tasks of `scenario` (see the module docstring)."""
+    app = taskrunner.App(f"flowbench-{scenario.name}")
+    done = 0
+    finished = asyncio.Event()
+    last = 0.0
+
+    options = dict(scenario.options)
+    if scenario.key is not None:
+        options["concurrency_key"] = scenario.key
+
+    @app.task(name="noop", **options)
+    async def noop(i: int) -> None:
+        nonlocal done, last
+        done += 1
+        if done == n:
+            last = time.perf_counter()
+            finished.set()
+
+    namespace = f"flowbench-{uuid.uuid4().hex[:12]}"
+    queue = await open_from_url(f"{url}?namespace={namespace}", queue_name=app.queue)
+    try:
+        await taskrunner.Producer(queue, app).dispatch_many(noop, range(n))
+        runner = taskrunner.Runner(queue, app, taskrunner.RunnerConfig(**WORKER_CONFIG))
+        started = time.perf_counter()
+        run = asyncio.create_task(runner.run())
+        try:
+            await asyncio.wait_for(finished.wait(), TIMEOUT_SECONDS)
+        finally:
+            runner.stop()
+            await run
+        return n / (last - started)
+    finally:
+        await queue.aclose()
+        await _delete_namespace(url, namespace)
+
+
+async def _delete_namespace(url: str, namespace: str) -> None:
+    client = aioredis.Redis.from_url(url)
+    try:
+        batch: list[Any] = []
+        async for key in client.scan_iter(match=f"{namespace}:*", count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                await client.unlink(*batch)
+                batch.clear()
+        if batch:
+            await client.unlink(*batch)
+    finally:
+        await client.aclose()
+
+
+async def bench(url: str, n: int, runs: int, only: set[str] | None) -> dict[str, Any]:
+    chosen = [s for s in SCENARIOS if only is None or s.name in only or s.name == "unlimited"]
+    print(f"n = {n}; runs = {runs}; worker config: {WORKER_CONFIG}", flush=True)
+    rates: dict[str, list[float]] = {s.name: [] for s in chosen}
+    ratios: dict[str, list[float]] = {s.name: [] for s in chosen}
+    for index in range(runs):
+        figures = []
+        for scenario in chosen:
+            rate = await measure(url, scenario, n)
+            rates[scenario.name].append(rate)
+            figures.append(f"{scenario.name} {rate:,.0f}/s")
+        base = rates["unlimited"][-1]
+        for scenario in chosen:
+            ratios[scenario.name].append(rates[scenario.name][-1] / base)
+        print(f"run {index + 1}: " + ", ".join(figures), flush=True)
+    print(f"median of {runs} run(s), ratio = msg/s / unlimited msg/s of the same run:")
+    missed = []
+    report: dict[str, Any] = {"n": n, "runs": runs}
+    for scenario in chosen:
+        rate = statistics.median(rates[scenario.name])
+        ratio = statistics.median(ratios[scenario.name])
+        if scenario.goal is None:
+            verdict = "(baseline)" if scenario.name == "unlimited" else "(no goal)"
+        else:
+            verdict = f"goal >= {scenario.goal:.2f}: " + (
+                "ok" if ratio >= scenario.goal else "MISSED"
+            )
+            if ratio < scenario.goal:
+                missed.append(scenario.name)
+        print(f"  {scenario.name:<14} {rate:>9,.0f} msg/s  ratio {ratio:5.2f}  {verdict}")
+        report[scenario.name] = {"msg_per_s": round(rate), "ratio": round(ratio, 3)}
+    report["missed"] = missed
+    return report
+
+
+# -- a private server ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def private_server() -> Iterator[str]:
+    """A throwaway ``redis-server`` without persistence, stopped by pid afterwards."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not on PATH (or pass --url)")
+    directory = tempfile.mkdtemp(prefix="taskrunner-bench-flow-")
+    port = _free_port()
+    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    command += ["--appendonly", "no", "--dir", directory, "--daemonize", "no"]
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _ping(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{binary} did not start on 127.0.0.1:{port}")
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default=os.environ.get("TASKRUNNER_BENCH_REDIS_URL"))
+    parser.add_argument("-n", type=int, default=5000, help="messages per measurement")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", help="comma-separated scenario names (plus the baseline)")
+    args = parser.parse_args(argv)
+    only = None if args.only is None else set(args.only.split(","))
+    with contextlib.ExitStack() as stack:
+        url = args.url or stack.enter_context(private_server())
+        report = asyncio.run(bench(url, args.n, args.runs, only))
+    print(json.dumps(report))
+    return 1 if report["missed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
