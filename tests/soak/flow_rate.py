@@ -46,6 +46,8 @@ from taskrunner.errors import BackendError
 from taskrunner_backends.redis.queue import open_from_url
 from tests.servers import RedisServer, find_server_binary
 
+from .driver import say
+
 __all__ = ["RateFigures", "main", "make_app", "max_in_window", "rate_figures"]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,9 +60,8 @@ TOLERANCE = 0.05
 def make_app(rate: float, burst: int | None) -> tuple[taskrunner.App, taskrunner.Task[int]]:
     """The app of one run: one no-op task with the run's rate limit."""
     app = taskrunner.App(QUEUE)
-    options: dict[str, int] = {} if burst is None else {"rate_burst": burst}
 
-    @app.task(name="tick", rate_limit=f"{rate:g}/s", **options)
+    @app.task(name="tick", rate_limit=f"{rate:g}/s", rate_burst=burst)
     async def tick(n: int) -> None:
         started = time.monotonic()
         _Out.write(started)
@@ -273,7 +274,7 @@ async def run_all(args: argparse.Namespace) -> list[RateFigures]:
                     seconds=args.seconds,
                     workers=args.workers,
                 )
-                print(figures.describe(), flush=True)
+                say(figures.describe())
                 results.append(figures)
             return results
         finally:
@@ -303,14 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker:
         asyncio.run(worker_main(args))
         return 0
-    print(
+    say(
         f"soak-flow-rate: {args.workers} workers, rate_limit={args.rate:g}/s, "
-        f"bursts {args.bursts}, {args.seconds:g} s each",
-        flush=True,
+        f"bursts {args.bursts}, {args.seconds:g} s each"
     )
     results = asyncio.run(run_all(args))
     missed = [r for r in results if r.misses]
-    print("soak-flow-rate: " + ("ok" if not missed else f"MISSED in {len(missed)} run(s)"))
+    say("soak-flow-rate: " + ("ok" if not missed else f"MISSED in {len(missed)} run(s)"))
     return 1 if missed else 0
 
 
