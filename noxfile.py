@@ -133,6 +133,46 @@ def soak_outbox(session: nox.Session) -> None:
     session.run("python", "-m", "tests.soak.outbox", *session.posargs)
 
 
+@nox.session(name="soak-flow")
+def soak_flow(session: nox.Session) -> None:
+    """Chaos check of per-key concurrency limits (tests/soak/flow.py); not a default session.
+
+    3,000 jobs at 50/s over 20 keys (4 hot) with ``concurrency_limit=2`` per key; 4
+    worker processes, one SIGKILLed (a fifth SIGTERMed) every 2-5 s; a private Redis
+    (AOF, appendfsync always) SIGKILLed and restarted every 10-20 s, outages inside
+    ``lease - heartbeat``; lease 3 s. Exits non-zero when a key ran (or held) more than
+    2 attempts at once, a job was lost or dead-lettered, the soak checker found a
+    violation, or a slot or waiting message was left. About 90-100 s on 2 cores.
+    Options: ``nox -s soak-flow -- --jobs 6000 --keep``.
+    """
+    install(session, "test")
+    session.run("python", "-m", "tests.soak.flow", *session.posargs)
+
+
+@nox.session(name="soak-flow-rate")
+def soak_flow_rate(session: nox.Session) -> None:
+    """Rate-limit accuracy (tests/soak/flow_rate.py); not a default session.
+
+    4 worker processes on a backlog of a ``rate_limit="100/s"`` task, 60 s with the
+    default burst and 60 s with ``rate_burst=10``: completions/s must be within 5 % of
+    100 and no 1-second window may hold more than 100 + burst. About 2.5 minutes.
+    Options: ``nox -s soak-flow-rate -- --seconds 20 --bursts 10``.
+    """
+    install(session, "test")
+    session.run("python", "-m", "tests.soak.flow_rate", *session.posargs)
+
+
+@nox.session(name="bench-flow")
+def bench_flow(session: nox.Session) -> None:
+    """Throughput with flow limits that do not bind, against none (bench/flow.py).
+
+    Not a default session; at most about 90 s. Prints each ratio, its goal and ok or
+    MISSED; exits non-zero when one is missed. Options: ``nox -s bench-flow -- --runs 1``.
+    """
+    install(session, "test")
+    session.run("python", "bench/flow.py", *session.posargs)
+
+
 @nox.session(name="bench-outbox")
 def bench_outbox(session: nox.Session) -> None:
     """Outbox relay throughput and commit-to-stream latency (bench/outbox.py)."""
