@@ -142,7 +142,7 @@ def soak_flow(session: nox.Session) -> None:
     (AOF, appendfsync always) SIGKILLed and restarted every 10-20 s, outages inside
     ``lease - heartbeat``; lease 3 s. Exits non-zero when a key ran (or held) more than
     2 attempts at once, a job was lost or dead-lettered, the soak checker found a
-    violation, or a slot or waiting message was left. About 90-100 s on 2 cores.
+    violation, or a slot or waiting message was left. About 100 s on 2 cores.
     Options: ``nox -s soak-flow -- --jobs 6000 --keep``.
     """
     install(session, "test")

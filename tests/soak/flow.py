@@ -1,4 +1,4 @@
-"""Chaos check of per-key concurrency limits (``nox -s soak-flow``; about 90 s on 2 cores).
+"""Chaos check of per-key concurrency limits (``nox -s soak-flow``; about 100 s on 2 cores).
 
 ``python -m tests.soak.flow`` runs the soak driver (`tests.soak.driver`) on a task
 declared with ``concurrency_limit=2, concurrency_key=lambda job: job.key``:
