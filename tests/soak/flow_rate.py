@@ -31,8 +31,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import itertools
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -118,6 +120,8 @@ class RateFigures:
     max_completions_1s: int
     max_starts_1s: int
     backlog_left: int
+    gap_median_ms: float = 0.0
+    gap_p90_ms: float = 0.0
 
     @property
     def per_second(self) -> float:
@@ -150,6 +154,8 @@ class RateFigures:
                 f"+- {TOLERANCE:.0%}; {self.completions} completions)",
                 f"  max in a 1 s window      {self.max_completions_1s} completions, "
                 f"{self.max_starts_1s} starts (goal <= {self.rate + self.burst:g})",
+                f"  gaps between starts      median {self.gap_median_ms:.1f} ms, p90 "
+                f"{self.gap_p90_ms:.1f} ms (the rate's interval: {1000 / self.rate:g} ms)",
                 f"  backlog left             {self.backlog_left}",
                 f"  verdict                  {verdict}",
             ]
@@ -169,6 +175,9 @@ def rate_figures(
     starts = sorted(start for start, _ in lines)
     first = completions[0] if completions else 0.0
     window = [t for t in completions if first <= t < first + seconds]
+    # With burst 1 an admission late by d pushes every later one by d: the gaps say how late.
+    gaps = [1000 * (b - a) for a, b in itertools.pairwise(starts)]
+    deciles = statistics.quantiles(gaps, n=10) if len(gaps) >= 2 else [0.0] * 9
     return RateFigures(
         rate=rate,
         burst=burst,
@@ -177,6 +186,8 @@ def rate_figures(
         max_completions_1s=max_in_window(completions),
         max_starts_1s=max_in_window(starts),
         backlog_left=backlog_left,
+        gap_median_ms=statistics.median(gaps) if gaps else 0.0,
+        gap_p90_ms=deciles[8],
     )
 
 
