@@ -66,16 +66,6 @@ local function read(count)
   return n
 end
 
--- One command over `args` (a flat list after the key), in chunks of `step` items.
-local function call_chunked(cmd, key, args, step)
-  local i = 1
-  while i <= #args do
-    local last = math.min(#args, i + step - 1)
-    redis.call(cmd, key, unpack(args, i, last))
-    i = last + 1
-  end
-end
-
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
@@ -90,17 +80,13 @@ if need > 0 then
   -- Keys blocked on their rate whose time has come may admit again.
   local due = redis.call('ZRANGEBYSCORE', p .. 'rate', '-inf', now + EPSILON)
   if #due > 0 then
-    call_chunked('ZREM', p .. 'rate', due, CHUNK)
+    flow_chunked('ZREM', p .. 'rate', due, CHUNK)
     local back = {}
-    for i = 1, #due, CHUNK do
-      local last = math.min(#due, i + CHUNK - 1)
-      local turns = redis.call('HMGET', p .. 'turn', unpack(due, i, last))
-      for j = i, last do
-        back[#back + 1] = turns[j - i + 1] or 0
-        back[#back + 1] = due[j]
-      end
+    for _, k in ipairs(due) do
+      back[#back + 1] = redis.call('HGET', p .. 'turn', k) or 0
+      back[#back + 1] = k
     end
-    call_chunked('ZADD', p .. 'ring', back, 2 * CHUNK)
+    flow_chunked('ZADD', p .. 'ring', back, 2 * CHUNK)
   end
 
   local seq = tonumber(redis.call('HGET', p .. 'seq', 'n') or '0')
@@ -277,13 +263,13 @@ if need > 0 then
   for _, k in ipairs(touched) do
     local s = st[k]
     if #s.used > 0 then
-      call_chunked('ZREM', s.q, s.used, CHUNK)
+      flow_chunked('ZREM', s.q, s.used, CHUNK)
       for _, pid in ipairs(s.used) do
         used_all[#used_all + 1] = pid
       end
     end
     if #s.holders > 0 then
-      call_chunked('HSET', p .. 'h:' .. k, s.holders, 2 * CHUNK)
+      flow_chunked('HSET', p .. 'h:' .. k, s.holders, 2 * CHUNK)
     end
     if s.admitted then
       turn_pairs[#turn_pairs + 1] = k
@@ -304,12 +290,12 @@ if need > 0 then
       ring_add[#ring_add + 1] = k
     end
   end
-  call_chunked('ZREM', p .. 'waiting', used_all, CHUNK)
-  call_chunked('ZREM', p .. 'ring', ring_rem, CHUNK)
-  call_chunked('ZADD', p .. 'ring', ring_add, 2 * CHUNK)
-  call_chunked('ZADD', p .. 'slot', slot_add, 2 * CHUNK)
-  call_chunked('ZADD', p .. 'rate', rate_add, 2 * CHUNK)
-  call_chunked('HSET', p .. 'turn', turn_pairs, 2 * CHUNK)
+  flow_chunked('ZREM', p .. 'waiting', used_all, CHUNK)
+  flow_chunked('ZREM', p .. 'ring', ring_rem, CHUNK)
+  flow_chunked('ZADD', p .. 'ring', ring_add, 2 * CHUNK)
+  flow_chunked('ZADD', p .. 'slot', slot_add, 2 * CHUNK)
+  flow_chunked('ZADD', p .. 'rate', rate_add, 2 * CHUNK)
+  flow_chunked('HSET', p .. 'turn', turn_pairs, 2 * CHUNK)
   if admitted > 0 then
     redis.call('HSET', p .. 'seq', 'n', seq)
     local tat_pairs = {}
@@ -317,12 +303,12 @@ if need > 0 then
       tat_pairs[#tat_pairs + 1] = tats[rk]
       tat_pairs[#tat_pairs + 1] = rk
     end
-    call_chunked('ZADD', p .. 'tat', tat_pairs, 2 * CHUNK)
-    call_chunked('HSET', origins, origin_pairs, 2 * CHUNK)
-    call_chunked('HSET', moved, moved_pairs, 2 * CHUNK)
-    call_chunked('HSET', p .. 'adm', held_pairs, 2 * CHUNK)
+    flow_chunked('ZADD', p .. 'tat', tat_pairs, 2 * CHUNK)
+    flow_chunked('HSET', origins, origin_pairs, 2 * CHUNK)
+    flow_chunked('HSET', moved, moved_pairs, 2 * CHUNK)
+    flow_chunked('HSET', p .. 'adm', held_pairs, 2 * CHUNK)
   end
-  call_chunked('XDEL', parked, gone_pids, CHUNK)
+  flow_chunked('XDEL', parked, gone_pids, CHUNK)
   if admitted > 0 then
     -- The stream held no ready entry after the read above: this reads exactly them.
     read(admitted)

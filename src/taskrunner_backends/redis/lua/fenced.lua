@@ -92,10 +92,16 @@ end
 -- entry the call completes instead of two commands each, which was most of an ack's
 -- server time. Nothing between here and the end of the script reads the PEL of these
 -- entries but `owned`, which consults `finished` first.
-local acked = {}
-local function complete_later(id, message_id)
+-- Their origin and moved records and their flow slots go the same way: one HDEL each
+-- for the call, and one release of slots per flow key (flow_free_all).
+local acked, acked_origins, acked_moved, acked_flows = {}, {}, {}, {}
+local function complete_later(id, message_id, flowed)
   if id ~= message_id then
-    redis.call('HDEL', origins, id)
+    acked_origins[#acked_origins + 1] = id
+    acked_moved[#acked_moved + 1] = message_id
+  end
+  if flowed then
+    acked_flows[#acked_flows + 1] = message_id
   end
   finished[id] = true
   acked[#acked + 1] = id
@@ -105,6 +111,9 @@ local function flush_acked()
   if #acked == 0 then
     return
   end
+  flow_chunked('HDEL', origins, acked_origins)
+  flow_chunked('HDEL', moved, acked_moved)
+  flow_free_all(acked_flows)
   if has_xackdel then
     local r = redis.call('XACKDEL', stream, group, 'IDS', #acked, unpack(acked))
     for i = 1, #acked do
@@ -222,11 +231,7 @@ for i = 7, #ARGV, 6 do
       if string.find(flags, 'u', 1, true) then
         free_unique(fields_of(id), message_id)
       end
-      if flowed then
-        flow_free(message_id)
-      end
-      complete_later(id, message_id)
-      forget(id, message_id)
+      complete_later(id, message_id, flowed)
       status = 1
     elseif op == 'release' then
       local fields = fields_of(id)

@@ -73,6 +73,47 @@ local function flow_free(mid)
   end
 end
 
+-- One command over `args` (a flat list after `key`), in chunks (Lua's unpack has a
+-- stack limit); nothing when `args` is empty.
+local function flow_chunked(cmd, key, args, step)
+  step = step or 4000
+  local i = 1
+  while i <= #args do
+    local last = math.min(#args, i + step - 1)
+    redis.call(cmd, key, unpack(args, i, last))
+    i = last + 1
+  end
+end
+
+-- `flow_free` of every message id in `mids`: one HGET each, then one HDEL for all and
+-- one HDEL and one ZSCORE per flow key among them (HGET, not HMGET: the documented
+-- ACL of docs/redis.md is what users grant).
+local function flow_free_all(mids)
+  local p = flow.prefix
+  local keys, order, held = {}, {}, {}
+  for _, mid in ipairs(mids) do
+    local k = redis.call('HGET', p .. 'adm', mid)
+    if k then
+      held[#held + 1] = mid
+      if not keys[k] then
+        keys[k] = {}
+        order[#order + 1] = k
+      end
+      keys[k][#keys[k] + 1] = mid
+    end
+  end
+  flow_chunked('HDEL', p .. 'adm', held)
+  for _, k in ipairs(order) do
+    flow_chunked('HDEL', p .. 'h:' .. k, keys[k])
+    local turn = redis.call('ZSCORE', p .. 'slot', k)
+    if turn then
+      redis.call('ZREM', p .. 'slot', k)
+      redis.call('ZADD', p .. 'ring', turn, k)
+      flow_ring()
+    end
+  end
+end
+
 -- Waiting parked entry `pid` of key `k` stops waiting (cancel); false if it was not
 -- waiting. A blocked key whose head may have changed rejoins the ring, where the next
 -- admission judges its new head by that head's own limits.
