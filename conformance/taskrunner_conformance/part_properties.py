@@ -1,7 +1,8 @@
-"""The properties of the optional parts of the contract: X40-X104.
+"""The properties of the optional parts of the contract: X40-X105.
 
 Scheduling (X40-X48), Leadership (X50-X55), ResultStore (X60-X66), MessageLookup
-(X70-X75), MessageBrowser (X80-X85), flow control (X90-X99) and priorities (X100-X104).
+(X70-X75), MessageBrowser (X80-X85), flow control (X90-X99, X105) and priorities
+(X100-X104).
 `taskrunner_conformance.properties` joins them with the core ones into ``PROPERTIES``.
 """
 
@@ -344,6 +345,13 @@ PART_PROPERTIES += (
         "malformed flows (bad keys, limits below 1, rates that are no finite positive "
         "number) and, on a backend not claiming flow control, any flow add nothing",
         "queue.scheduling",
+    ),
+    Property(
+        "X105",
+        "flow_waiting_lookup",
+        "a waiting message looked up is ready and, where the backend says why it waits, "
+        "names its key's slot holders or the time its rate allows one",
+        "capabilities.flow_control + queue.lookup",
     ),
     Property(
         "X100",

@@ -19,6 +19,7 @@ Guarantees, one per line; each has a conformance test that reads the same:
 * Admissions of one rate key follow GCRA: ``burst`` at once, then one per ``1 / rate`` s.
 * A message that is not admitted spends no delivery: its first lease has delivery count 1.
 * A retried dead letter waits again under the flow its message had.
+* A waiting message looked up names its slot holders or its rate's next time.
 
 "Served least recently": a key's turn is the time of its last admission, or, if it
 never had one, the add of its oldest waiting message; the earliest turn goes first.

@@ -1,4 +1,4 @@
-"""Flow control: admission under concurrency and rate limits, fairness (X90-X99).
+"""Flow control: admission under concurrency and rate limits, fairness (X90-X99, X105).
 
 Each case claims ``capabilities.flow_control`` except X99's refusal half, which runs on
 backends that do not claim it. Keys are fresh per case, so cases share nothing.
@@ -48,7 +48,7 @@ def _bodies(deliveries: Sequence[Delivery]) -> list[bytes]:
 
 
 class FlowCases(ConformanceBase):
-    """X90-X99."""
+    """X90-X99, X105."""
 
     @conformance("X90")
     async def test_waiting_messages_count_as_ready_and_only_admitted_ones_are_leased(
@@ -357,3 +357,53 @@ class FlowCases(ConformanceBase):
             with pytest.raises(ValueError, match="flow_control"):
                 await part.add_requests([AddRequest(body=b"limited", flow=Flow(key="k"))])
         assert await s.queue.len() == before, "a refused batch added messages"
+
+    @conformance("X105")
+    async def test_waiting_message_looked_up_names_its_slot_holders_or_its_rate_s_next_time(
+        self, s: Scenario
+    ) -> None:
+        """Concurrency 1, and a rate of one a minute: each second message says why it waits.
+
+        The slot's waits for the first message; the rate's until a minute after the first.
+        """
+        part = s.require_scheduling("flow_control")
+        lookup = s.require_lookup()
+        interval = 60.0
+        slot_ids = await _add_flow(part, "x105-slot", [b"held", b"next"], concurrency=1)
+        rate_ids = await _add_flow(
+            part, "x105-rate", [b"first", b"second"], rate=1 / interval, rate_key="x105-r"
+        )
+        start = s.wall()
+        got = await s.receive_n(s.queue, s.consumer("c"), 2, batch=10)
+        end = s.wall()
+        assert sorted(d.message_id for d in got) == sorted([slot_ids[0], rate_ids[0]]), (
+            f"admitted {_bodies(got)}: expected the first message of each key"
+        )
+        held, slot_waiting, _, rate_waiting = await lookup.lookup(slot_ids + rate_ids)
+        assert held is not None, "the slot's holder has no state"
+        assert held.state == "running", f"the slot's holder is {held!r}"
+        assert slot_waiting is not None, "the slot's waiting message has no state"
+        assert rate_waiting is not None, "the rate's waiting message has no state"
+        for state in (slot_waiting, rate_waiting):
+            assert state.state == "ready", (
+                f"a waiting message looked up as {state!r}: waiting counts as ready"
+            )
+        if slot_waiting.waiting is None and rate_waiting.waiting is None:
+            pytest.skip("backend does not say why a message waits (MessageState.waiting)")
+        why = slot_waiting.waiting
+        assert why is not None, "the slot's waiting message says nothing of why it waits"
+        assert (why.key, why.reason, why.holders) == ("x105-slot", "slot", (slot_ids[0],)), (
+            f"the message behind a held slot of concurrency 1 says {why!r}"
+        )
+        why = rate_waiting.waiting
+        assert why is not None, "the rate's waiting message says nothing of why it waits"
+        assert (why.key, why.reason, why.rate_key) == ("x105-rate", "rate", "x105-r"), (
+            f"the message behind a spent rate says {why!r}"
+        )
+        assert why.until is not None
+        slack = s.margin + s.precision
+        assert start + interval - slack <= why.until <= end + interval + slack, (
+            f"the rate next allows one at {why.until - start:.3f}s after the admission "
+            f"began (it took {end - start:.3f}s): expected one interval, {interval:g}s"
+        )
+        assert await s.queue.ack(got) == []
