@@ -82,6 +82,11 @@ RECLAIM_SCAN_BUDGET = 2000
 # Most due delayed messages one `receive` moves back onto the stream (count).
 PROMOTE_BATCH = 100
 
+# Most admission calls one read of a `receive` makes. Another receive may read entries
+# this one admitted before this one's read does; then this one admits again, so racing
+# receives still each lease what is admissible (the bound keeps a race from looping).
+ADMIT_ROUNDS = 8
+
 # How long after a BLOCK expires we still wait for the reply (seconds) before
 # declaring the server unavailable.
 BLOCK_READ_MARGIN_SECONDS = 5.0
@@ -253,20 +258,29 @@ class ReceiveMixin(FencingMixin):
             return _as_int(due), entries
         # Flow keys wait: the reply also says whether one may admit now.
         next_due_ms, admissible = _as_int(due[0]), _as_int(due[1])
-        if admissible and len(entries) < max_messages:
-            wake_ms, admitted = await self._admit(holder, max_messages - len(entries))
+        rounds = ADMIT_ROUNDS if admissible else 0
+        while rounds and len(entries) < max_messages:
+            rounds -= 1
+            wake_ms, short, admitted = await self._admit(holder, max_messages - len(entries))
             entries.extend(admitted)
             if wake_ms >= 0 and (next_due_ms < 0 or wake_ms < next_due_ms):
                 next_due_ms = wake_ms
+            if not short:
+                break
         return next_due_ms, entries
 
-    async def _admit(self, holder: str, count: int) -> tuple[int, list[tuple[str, object]]]:
+    async def _admit(
+        self, holder: str, count: int
+    ) -> tuple[int, bool, list[tuple[str, object]]]:
         """Lease up to `count` ready messages, then admit waiting ones for the rest.
 
-        One script (``lua/admit.lua``): ready messages that arrived since the receive's
-        own read go first, then flow control admits waiting messages round-robin over
-        their keys, each leased to `holder` in the same script. Returns the ms until a
-        rate-blocked key may admit again (-1: none) and the leased entries.
+        The script (``lua/admit.lua``) leases ready messages that arrived since the
+        receive's own read, then flow control admits waiting messages round-robin over
+        their keys onto the stream; one XREADGROUP of as many as it admitted then
+        leases them to `holder`. Returns the ms until a rate-blocked key may admit
+        again (-1: none), whether that read came back short (another receive read
+        some of them first, so more may be admitted for this one) and the leased
+        entries.
         """
         reply = await self._script(
             "receive",
@@ -274,8 +288,26 @@ class ReceiveMixin(FencingMixin):
             self._keys.scheduling,
             (self._keys.group, holder, count, self._keys.flow_prefix),
         )
-        entries: list[tuple[str, object]] = [(_as_str(e[0]), e[1]) for e in reply[1:]]
-        return _as_int(reply[0]), entries
+        entries: list[tuple[str, object]] = [(_as_str(e[0]), e[1]) for e in reply[2:]]
+        admitted = _as_int(reply[1])
+        short = False
+        if admitted > 0:
+            read = await self._raw.call(
+                "receive",
+                "XREADGROUP",
+                "GROUP",
+                self._keys.group,
+                holder,
+                "COUNT",
+                admitted,
+                "STREAMS",
+                self._keys.stream,
+                ">",
+            )
+            leased = _stream_entries(read)[0]
+            short = len(leased) < admitted
+            entries.extend(leased)
+        return _as_int(reply[0]), short, entries
 
     async def _hand_on(
         self, deliveries: list[Delivery], woken: bool, next_due_ms: int, rings: list[str]

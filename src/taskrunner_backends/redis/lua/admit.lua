@@ -4,15 +4,20 @@
 --       6 doorbell stream, 7 moved hash, 8 uniques (unused), 9 dead ids (unused)
 -- ARGV: 1 group, 2 consumer (with its lease suffix), 3 most messages, 4 flow prefix
 -- Returns {ms until the next rate-blocked key may admit or -1 (0: keys are left to
---   judge, see BLOCKED_BUDGET), {entry id, fields}, ...}: the entries leased to the
---   consumer, ready ones first, each read by XREADGROUP here.
+--   judge, see BLOCKED_BUDGET), how many it admitted, {entry id, fields}, ...}: the
+--   ready entries it leased to the consumer before admitting.
 --
 -- A receive runs this only when its own read left room and its receive script said a
--- flow key may admit, so a queue without flows never runs it. Everything happens in
--- this one script: the read of ready messages that arrived since the receive's read
--- (they go first), the admissions, and the read that leases what was admitted. So an
--- admitted message is leased at once, to this consumer, and nothing admitted waits
--- unleased on the stream; a message not admitted spends no delivery.
+-- flow key may admit, so a queue without flows never runs it. The script first leases
+-- ready messages that arrived since the receive's read (they go first), then admits
+-- waiting messages for the rest: each becomes a stream entry, after every entry the
+-- group has not read, so the receive's next read (XREADGROUP COUNT admitted, its own
+-- command right after this script) leases them. Not here: a script's reply is built
+-- from Lua tables, and converting every admitted entry into one and back was over
+-- half of an admission's server time. An admitted entry another receive reads first
+-- is leased all the same, and one left unread (the receive was cancelled in between)
+-- is ready on the stream holding its slot, for the next read of any receive. A
+-- message not admitted spends no delivery.
 --
 -- Admission (taskrunner.queue_flow): the key of f:ring with the lowest turn goes
 -- first; its head (the oldest waiting message of the key) is admitted when its own
@@ -51,7 +56,7 @@ local READ_CLOCK_MS = 1
 -- Most members one command takes (Lua's unpack has a stack limit).
 local CHUNK = 4000
 
-local out = {-1}
+local out = {-1, 0}
 
 local function read(count)
   local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count,
@@ -309,10 +314,7 @@ if need > 0 then
     flow_chunked('HSET', p .. 'adm', held_pairs, 2 * CHUNK)
   end
   flow_chunked('XDEL', parked, gone_pids, CHUNK)
-  if admitted > 0 then
-    -- The stream held no ready entry after the read above: this reads exactly them.
-    read(admitted)
-  end
+  out[2] = admitted
   if admitted == need and redis.call('EXISTS', p .. 'ring') == 1 then
     -- This receive is full and keys may still admit: wake another blocked receive, as
     -- new stream entries wake every blocked reader (each one woken so hands on).
