@@ -40,6 +40,8 @@ class _Message:
     unique: bool = False
     # Admitted by flow control (field f): its ack, dead letter and release free a slot.
     flow: bool = False
+    # Its priority (field p): the stream it is on, ``stream:<level>`` above 0.
+    level: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,7 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
     pairs = list(zip(fields[0::2], fields[1::2], strict=True))
     seen: dict[bytes, bytes] = {}
     for name, value in pairs:
-        if name in seen and name in (b"b", b"i", b"n", b"u"):
+        if name in seen and name in (b"b", b"i", b"n", b"u", b"p"):
             return _Malformed(
                 entry_id, f"malformed message: field {_text(name)!r} repeated", _evidence(pairs)
             )
@@ -96,6 +98,14 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
                 entry_id, "malformed message: field 'n' is not a delivery count", _evidence(pairs)
             )
         base = int(raw_base)
+    level = 0
+    if b"p" in seen:
+        raw_level = seen[b"p"]
+        if len(raw_level) != 1 or raw_level not in b"123456789":
+            return _Malformed(
+                entry_id, "malformed message: field 'p' is not a priority 1-9", _evidence(pairs)
+            )
+        level = int(raw_level)
     return _Message(
         entry_id=entry_id,
         body=seen[b"b"],
@@ -103,23 +113,28 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
         base_count=base,
         unique=b"u" in seen,
         flow=b"f" in seen,
+        level=level,
     )
 
 
 def _token(message: _Message | _Malformed, base: int, lease_ms: int) -> str:
     unique = isinstance(message, _Message) and message.unique
     flow = isinstance(message, _Message) and message.flow
+    level = message.level if isinstance(message, _Message) else 0
     if (
         isinstance(message, _Message)
         and message.entry_id == message.message_id
         and base == 0
         and not unique
         and not flow
+        and not level
     ):
         return str(lease_ms)
     # "u": the message holds a unique key, which its ack must read and free; "f": it
-    # holds a flow-control slot, which its ack, dead letter and release give back.
-    return f"{lease_ms}:{message.entry_id}/{base}{'u' if unique else ''}{'f' if flow else ''}"
+    # holds a flow-control slot, which its ack, dead letter and release give back;
+    # "@<level>": its entry is on the stream of that priority.
+    token = f"{lease_ms}:{message.entry_id}/{base}{'u' if unique else ''}{'f' if flow else ''}"
+    return f"{token}@{level}" if level else token
 
 
 class _Located(NamedTuple):
@@ -128,6 +143,7 @@ class _Located(NamedTuple):
     lease_ms: int
     unique: bool
     flow: bool = False
+    level: int = 0
 
 
 def _locate(delivery: Delivery) -> _Located | None:
@@ -136,13 +152,21 @@ def _locate(delivery: Delivery) -> _Located | None:
     Receipt tokens are ``LEASE_MS`` when the entry is the message's first one and it
     holds no unique key, else ``LEASE_MS:ENTRY_ID/BASE`` (BASE: deliveries before the
     entry was re-added), with ``u`` appended when the message holds a unique key, then
-    ``f`` when flow control admitted it.
+    ``f`` when flow control admitted it, then ``@<level>`` when its priority is above 0.
     """
     raw_lease, _, rest = delivery.receipt.token.partition(":")
     if not raw_lease.isdigit() or len(raw_lease) > 16:
         return None
     unique = flow = False
+    level = 0
+    rest, at, raw_level = rest.partition("@")
+    if at:
+        if len(raw_level) != 1 or raw_level not in "123456789":
+            return None
+        level = int(raw_level)
     if not rest:
+        if at:
+            return None
         entry_id, base = delivery.message_id, 0
     else:
         entry_id, _, raw_base = rest.partition("/")
@@ -155,7 +179,7 @@ def _locate(delivery: Delivery) -> _Located | None:
         base = int(raw_base)
     if not _STREAM_ID_TEXT.fullmatch(entry_id):
         return None
-    return _Located(entry_id, base, int(raw_lease), unique, flow)
+    return _Located(entry_id, base, int(raw_lease), unique, flow, level)
 
 
 def _holder(consumer: str, lease_ms: int) -> str:

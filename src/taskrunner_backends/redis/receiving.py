@@ -212,11 +212,16 @@ class ReceiveMixin(FencingMixin):
         Returns the ms until the next delayed message is due (-1: none) and the entries.
         The promotion script goes first in the same write, so what it promotes is read.
         """
+        if self._levels:
+            return await self._receive_by_priority(holder, max_messages, rings)
         keys = self._keys.scheduling
         prepare_args: tuple[Arg, ...] = (
             self._keys.group,
             PROMOTE_BATCH,
             self._keys.flow_prefix,
+            "",
+            0,
+            0,
             *rings,
         )
         read: tuple[Arg, ...] = (
@@ -251,7 +256,21 @@ class ReceiveMixin(FencingMixin):
             due = await self._script("receive", "receive", keys, prepare_args)
         if not isinstance(due, list):
             return _as_int(due), entries
+        if len(due) > 2:
+            # A priority above 0 is in use: from now on this handle leases by priority.
+            # What the read took from the priority-0 stream goes back unread if no one
+            # read past it meanwhile, and the receive starts over by priority.
+            self._learn_levels(due[2])
+            if not entries or await self._unread(holder, entries):
+                return await self._receive_by_priority(holder, max_messages, [])
+            _log.debug("%r: first receive since priorities appeared read priority 0", self)
         # Flow keys wait: the reply also says whether one may admit now.
+        return await self._admit_rest(holder, max_messages, due, entries)
+
+    async def _admit_rest(
+        self, holder: str, max_messages: int, due: list[Any], entries: list[tuple[str, object]]
+    ) -> tuple[int, list[tuple[str, object]]]:
+        """Admit waiting flow messages for what `entries` left of `max_messages`."""
         next_due_ms, admissible = _as_int(due[0]), _as_int(due[1])
         if admissible and len(entries) < max_messages:
             wake_ms, admitted = await self._admit(holder, max_messages - len(entries))
@@ -259,6 +278,37 @@ class ReceiveMixin(FencingMixin):
             if wake_ms >= 0 and (next_due_ms < 0 or wake_ms < next_due_ms):
                 next_due_ms = wake_ms
         return next_due_ms, entries
+
+    async def _receive_by_priority(
+        self, holder: str, max_messages: int, rings: list[str]
+    ) -> tuple[int, list[tuple[str, object]]]:
+        """`_receive_now` when priorities are in use: the receive script leases by priority."""
+        keys = self._keys.scheduling
+        args: tuple[Arg, ...] = (
+            self._keys.group,
+            PROMOTE_BATCH,
+            self._keys.flow_prefix,
+            holder,
+            max_messages,
+            self._aging_ms,
+            *rings,
+        )
+        reply = await self._script("receive", "receive", keys, args)
+        self._learn_levels(reply[2])
+        entries: list[tuple[str, object]] = [
+            (_as_str(reply[i]), reply[i + 1]) for i in range(3, len(reply), 2)
+        ]
+        return await self._admit_rest(holder, max_messages, reply, entries)
+
+    async def _unread(self, holder: str, entries: list[tuple[str, object]]) -> bool:
+        """Give back `entries`, just read from the priority-0 stream, as never delivered."""
+        reply = await self._script(
+            "receive",
+            "unread",
+            (self._keys.stream,),
+            (self._keys.group, holder, *(entry_id for entry_id, _ in entries)),
+        )
+        return _as_int(reply) == 1
 
     async def _admit(self, holder: str, count: int) -> tuple[int, list[tuple[str, object]]]:
         """Lease up to `count` ready messages, then admit waiting ones for the rest.
@@ -322,21 +372,39 @@ class ReceiveMixin(FencingMixin):
         check_count("max_messages", max_messages)
         _check_consumer(consumer)
         await self._ready()
+        deliveries = await self._reclaim_level(consumer, lease_ms, max_messages, 0)
+        # Each priority's stream has its own PEL, scanned from its own cursor; higher
+        # priorities first.
+        for level in self._levels:
+            if len(deliveries) >= max_messages:
+                break
+            more = max_messages - len(deliveries)
+            deliveries.extend(await self._reclaim_level(consumer, lease_ms, more, level))
+        return deliveries
+
+    async def _reclaim_level(
+        self, consumer: str, lease_ms: int, max_messages: int, level: int
+    ) -> list[Delivery]:
         reply = await self._script(
             "reclaim",
             "reclaim",
-            self._keys.scheduling,
+            self._keys.level_scheduling(level),
             (
                 self._keys.group,
                 _holder(consumer, lease_ms),
                 lease_ms,
                 max_messages,
-                self._reclaim_cursor,
+                self._level_cursors.get(level, "0-0") if level else self._reclaim_cursor,
                 RECLAIM_SCAN_BUDGET,
                 self._keys.flow_prefix,
             ),
         )
-        self._reclaim_cursor = _as_str(reply[0])
+        if level:
+            self._level_cursors[level] = _as_str(reply[0])
+        else:
+            self._reclaim_cursor = _as_str(reply[0])
+        if reply[2]:
+            self._learn_levels(reply[2])
         gone = _as_int(reply[1])
         if gone:
             _log.warning(
@@ -346,7 +414,7 @@ class ReceiveMixin(FencingMixin):
             )
         deliveries = []
         malformed = []
-        for i in range(2, len(reply), 3):
+        for i in range(3, len(reply), 3):
             entry_id, pel_count = _as_str(reply[i]), _as_int(reply[i + 1])
             parsed = _parse_entry(entry_id, reply[i + 2])
             if isinstance(parsed, _Message):
