@@ -27,8 +27,9 @@ keeps them in one slot and every Lua script may touch all of them::
     {namespace}:{{{queue}}}:stream:<p> the ready and in-flight messages of priority p
                                        (1-9; priority 0 is ``stream`` itself), each
                                        entry with fields i (message id), n and p
-    {namespace}:{{{queue}}}:levels    the priorities above 0 ever used (set of "1".."9";
-                                       absent on a queue that never used one)
+    {namespace}:{{{queue}}}:levels    the priorities above 0 that have a stream (hash:
+                                       "1".."9" -> 1; absent on a queue that never
+                                       used one)
 
 Flow control (`taskrunner.queue_flow`) keeps its state under ``{namespace}:{{{queue}}}:f:``
 (`QueueKeys.flow_prefix`)::
@@ -179,7 +180,7 @@ class QueueKeys:
 
     @property
     def levels(self) -> str:
-        """The set of priorities above 0 that have a stream (scripts derive it from `stream`)."""
+        """The hash of priorities above 0 that have a stream (scripts derive it from `stream`)."""
         return f"{self._prefix}:levels"
 
     def level_scheduling(self, level: int) -> tuple[str, ...]:

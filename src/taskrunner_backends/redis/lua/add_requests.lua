@@ -25,7 +25,7 @@
 -- `moved` maps the id to the parked entry so cancel can find it.
 --
 -- A message of priority p above 0 goes to its own stream (stream:p, its group created
--- with it and p recorded in the set `levels`) under a reserved id like a delayed one:
+-- with it and p recorded in the hash `levels`) under a reserved id like a delayed one:
 -- fields i, n 0 and p, `moved` naming "S<p><entry id>" and `origins` the entry. A
 -- delayed one is parked with field p, which its promotion reads. Each one added rings
 -- the doorbell: blocked receives read only the priority-0 stream.
@@ -79,7 +79,7 @@ local function level_stream(level)
   local s = stream .. ':' .. level
   if not made[level] then
     local levels = string.sub(stream, 1, -7) .. 'levels'
-    if redis.call('SADD', levels, level) == 1 or redis.call('EXISTS', s) == 0 then
+    if redis.call('HSET', levels, level, '1') == 1 or redis.call('EXISTS', s) == 0 then
       local r = redis.pcall('XGROUP', 'CREATE', s, group, '0', 'MKSTREAM')
       if type(r) == 'table' and r.err and not string.find(r.err, 'BUSYGROUP', 1, true) then
         error(r.err)

@@ -18,7 +18,7 @@
 -- wait (flow_lib.lua) under a new parked entry, so the parked id of every waiting
 -- message is the time it started to wait (stats reads its age from it).
 --
--- Priorities: when the set `levels` exists (a priority above 0 was used), the reply is
+-- Priorities: when the hash `levels` exists (a priority above 0 was used), the reply is
 -- {ms, admissible, "<levels>", id, fields, ...}: the levels joined by commas, then,
 -- with a holder, the entries this script leased to it, best first. Best: the head
 -- (oldest unread entry) of the level with the highest effective priority, its level
@@ -129,7 +129,16 @@ if wake then
     end
   end
 end
-local used = redis.call('SMEMBERS', levels_key)
+-- The priorities above 0 in use: the fields of the hash `levels` (HGETALL: only
+-- commands of the documented ACL).
+local function levels_in(key)
+  local flat, out = redis.call('HGETALL', key), {}
+  for i = 1, #flat, 2 do
+    out[#out + 1] = flat[i]
+  end
+  return out
+end
+local used = levels_in(levels_key)
 if holder == '' then
   if #used == 0 then
     return {next_due, admissible}

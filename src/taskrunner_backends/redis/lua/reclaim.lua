@@ -88,7 +88,16 @@ while need > 0 and scanned < budget do
   end
 end
 
-local levels = redis.call('SMEMBERS', string.sub(dead, 1, -5) .. 'levels')
+-- The priorities above 0 in use: the fields of the hash `levels` (HGETALL: only
+-- commands of the documented ACL).
+local function levels_in(key)
+  local flat, out = redis.call('HGETALL', key), {}
+  for i = 1, #flat, 2 do
+    out[#out + 1] = flat[i]
+  end
+  return out
+end
+local levels = levels_in(string.sub(dead, 1, -5) .. 'levels')
 local out = {cursor, deleted, table.concat(levels, ',')}
 for _, v in ipairs(items) do
   out[#out + 1] = v

@@ -62,7 +62,7 @@ local FLOW_FIELDS = {f = true, fc = true, fr = true, fb = true, fk = true}
 local prefix = string.sub(stream, 1, -7)
 local function level_stream(level)
   local s = stream .. ':' .. level
-  if redis.call('SADD', prefix .. 'levels', level) == 1 or redis.call('EXISTS', s) == 0 then
+  if redis.call('HSET', prefix .. 'levels', level, '1') == 1 or redis.call('EXISTS', s) == 0 then
     local r = redis.pcall('XGROUP', 'CREATE', s, group, '0', 'MKSTREAM')
     if type(r) == 'table' and r.err and not string.find(r.err, 'BUSYGROUP', 1, true) then
       error(r.err)

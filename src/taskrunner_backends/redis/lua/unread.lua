@@ -5,7 +5,7 @@
 -- Returns 1 when they are unread again, 0 when they stay leased (someone read past
 -- them, or one is no longer the holder's first delivery).
 --
--- A receive that finds priorities in use only after its plain read (the set `levels`
+-- A receive that finds priorities in use only after its plain read (the hash `levels`
 -- appeared since the handle last looked) must not keep priority-0 entries that higher
 -- ones should have preceded. One read takes consecutive entries after the group's
 -- cursor; when the cursor is still at the last of them, XACK takes them out of the PEL
