@@ -138,7 +138,9 @@ class FencingMixin(QueueBase):
                 )
             )
         flag = "1" if self._has_xackdel else "0"
-        chunks = [(0, items[start : start + FENCED_BATCH]) for start in range(0, len(items), FENCED_BATCH)]
+        chunks = [
+            (0, items[start : start + FENCED_BATCH]) for start in range(0, len(items), FENCED_BATCH)
+        ]
         for level, entries in sorted(leveled.items()):
             chunks.extend(
                 (level, entries[start : start + FENCED_BATCH])

@@ -248,8 +248,10 @@ class RedisStreamsQueue(
         self._reclaim_cursor = "0-0"
         self._level_cursors: dict[int, str] = {}
         self._levels: tuple[int, ...] = ()
-        self._aging_ms = 0 if priority_aging_seconds is None else _milliseconds(
-            "priority_aging_seconds", priority_aging_seconds, positive=True
+        self._aging_ms = (
+            0
+            if priority_aging_seconds is None
+            else _milliseconds("priority_aging_seconds", priority_aging_seconds, positive=True)
         )
         self._capabilities = msgspec.structs.replace(
             _DURABLE_CAPABILITIES if durable else _CAPABILITIES,

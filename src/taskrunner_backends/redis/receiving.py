@@ -110,6 +110,8 @@ class ReceiveMixin(FencingMixin):
     """`receive` (with the doorbell and the promotion of due messages) and `reclaim`."""
 
     _reclaim_cursor: str
+    # Each priority's own reclaim cursor (its stream has its own PEL).
+    _level_cursors: dict[int, str]
     # Tasks blocked in a read, and those of them that `aclose` cancelled.
     _blocking: set[asyncio.Task[Any]]
     _cancelled_by_close: set[asyncio.Task[Any]]
