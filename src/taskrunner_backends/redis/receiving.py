@@ -34,6 +34,21 @@ receive that takes it. Scripts that make a key admissible (a new waiting message
 an idle key, a slot freed by ack, dead letter or release, a cancel that changes a
 blocked key's head) ring the doorbell, which wakes one blocked receive.
 
+Priorities (`AddRequest.priority`). Each priority above 0 has its own stream and group
+(``stream:<p>``, see `keys`); priority 0 is the queue's stream, so a queue that never
+used one is read exactly as above. A handle learns that priorities are in use from its
+own adds and from the receive script, whose one EXISTS of flow control's keys covers
+the ``levels`` hash too. From then on the receive script itself leases: it ranks the
+oldest unread entry of each level (its level, plus one per ``priority_aging_seconds``
+its stream id's time lies before the server's TIME, capped at 9; a tie goes to the
+higher level) and XREADGROUPs exactly the chosen entries per level, one script per
+receive. A handle whose plain read ran just as priorities appeared gives that read back
+unread (``lua/unread.lua``: XACK, then the group's cursor just before it, when nobody
+read past it) and leases by priority instead. A blocked read still waits on priority
+0's stream and the doorbell only: every add of a higher priority rings the doorbell.
+Reclaim, heartbeat, ack, release and dead letter run their scripts once per level, on
+that level's stream; the receipt's token names the level.
+
 Reclaim. `reclaim` pages through the PEL with ``XPENDING`` from a cursor kept on the
 queue object (restarting at the oldest entry when it reaches the end), at most
 `RECLAIM_SCAN_BUDGET` entries per call, so lapsed entries behind many live ones are

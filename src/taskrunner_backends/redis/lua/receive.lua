@@ -24,7 +24,7 @@
 -- (oldest unread entry) of the level with the highest effective priority, its level
 -- plus one per aging period its entry id's time lies before the server's TIME (capped
 -- at 9); a tie goes to the higher level. The EXISTS of flow control's keys covers the
--- set too, so a queue that never used a priority pays nothing more.
+-- hash too, so a queue that never used a priority pays nothing more.
 --
 -- A due delayed message with a priority (field p) goes back to its own stream.
 --
