@@ -307,3 +307,20 @@ async def test_a_hostile_priority_is_refused_before_anything_is_added(
     assert await queue.len() == 0
     assert await queue._raw.call("keys", "KEYS", f"{redis_namespace}:*") == []
     assert queue._levels == ()
+
+
+async def test_a_malformed_entry_on_a_priority_stream_is_dead_lettered_once(
+    queue: RedisStreamsQueue,
+) -> None:
+    (good,) = await _add(queue, 3)
+    stray = await queue._raw.call(
+        "xadd", "XADD", queue.keys.level_stream(3), "*", "garbage", b"\xff"
+    )
+    (got,) = await _take(queue, 5)
+    assert got.message_id == good
+    (letter,) = await queue.list_dead_letters()
+    assert letter.original_id == stray.decode()
+    assert "no body field" in letter.reason
+    assert await queue.ack([got]) == []
+    assert await queue.reclaim("b", lease_seconds=0.001, max_messages=5) == []
+    assert await queue.len() == 0

@@ -136,7 +136,7 @@ class BrowseMixin(QueueBase):
         page = []
         for i in range(0, len(reply), 6):
             entry_id = _as_str(reply[i])
-            parsed = _parse_entry(entry_id, reply[i + 1])
+            parsed = _parse_entry(entry_id, reply[i + 1], level)
             cut = reply[i + 5]
             size = None
             if isinstance(parsed, _Message):

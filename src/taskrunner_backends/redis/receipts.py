@@ -16,7 +16,7 @@ parses as `_Malformed`, which receive and reclaim dead-letter.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import msgspec
@@ -49,14 +49,37 @@ class _Malformed:
     entry_id: str
     reason: str
     evidence: bytes
+    # The priority of the stream it is on: its dead letter is written from there.
+    level: int = 0
 
 
 def _evidence(pairs: list[tuple[bytes, bytes]]) -> bytes:
     return msgspec.json.encode({"fields": [[_text(n), _text(v)] for n, v in pairs]})
 
 
-def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
-    """Read one stream entry's fields; anything that is not our message is `_Malformed`."""
+@dataclass(frozen=True, slots=True)
+class _Leveled:
+    """The fields of an entry read from the stream of priority `level` (above 0)."""
+
+    fields: object
+    level: int
+
+
+def _parse_entry(entry_id: str, fields: object, level: int = 0) -> _Message | _Malformed:
+    """Read one stream entry's fields; anything that is not our message is `_Malformed`.
+
+    `level` (or `_Leveled` fields) is the priority of the stream the entry was read
+    from, which is where its receipt's operations act (its field p only has to be well
+    formed).
+    """
+    if type(fields) is _Leveled:
+        fields, level = fields.fields, fields.level
+    if level:
+        return replace(_parse(entry_id, fields), level=level)
+    return _parse(entry_id, fields)
+
+
+def _parse(entry_id: str, fields: object) -> _Message | _Malformed:
     if type(fields) is list and len(fields) == 2 and fields[0] == b"b" and type(fields[1]) is bytes:
         # Fast path: what `add` writes, the case for every message not yet released.
         return _Message(entry_id=entry_id, body=fields[1], message_id=entry_id, base_count=0)
@@ -98,14 +121,12 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
                 entry_id, "malformed message: field 'n' is not a delivery count", _evidence(pairs)
             )
         base = int(raw_base)
-    level = 0
     if b"p" in seen:
         raw_level = seen[b"p"]
         if len(raw_level) != 1 or raw_level not in b"123456789":
             return _Malformed(
                 entry_id, "malformed message: field 'p' is not a priority 1-9", _evidence(pairs)
             )
-        level = int(raw_level)
     return _Message(
         entry_id=entry_id,
         body=seen[b"b"],
@@ -113,14 +134,13 @@ def _parse_entry(entry_id: str, fields: object) -> _Message | _Malformed:
         base_count=base,
         unique=b"u" in seen,
         flow=b"f" in seen,
-        level=level,
     )
 
 
 def _token(message: _Message | _Malformed, base: int, lease_ms: int) -> str:
     unique = isinstance(message, _Message) and message.unique
     flow = isinstance(message, _Message) and message.flow
-    level = message.level if isinstance(message, _Message) else 0
+    level = message.level
     if (
         isinstance(message, _Message)
         and message.entry_id == message.message_id

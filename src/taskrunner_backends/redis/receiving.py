@@ -74,7 +74,7 @@ from .arguments import _check_consumer, _milliseconds
 from .client import Arg, is_no_script
 from .errors import GroupMissingError, translate_errors
 from .fencing import FencingMixin
-from .receipts import _holder, _Malformed, _Message, _parse_entry, _token
+from .receipts import _holder, _Leveled, _Malformed, _Message, _parse_entry, _token
 from .replies import _as_int, _as_str, _stream_entries
 from .scripts import SCRIPTS
 
@@ -312,8 +312,13 @@ class ReceiveMixin(FencingMixin):
         )
         reply = await self._script("receive", "receive", keys, args)
         self._learn_levels(reply[2])
+        # Each entry with the priority of the stream it came from (0: as read plainly).
         entries: list[tuple[str, object]] = [
-            (_as_str(reply[i]), reply[i + 1]) for i in range(3, len(reply), 2)
+            (
+                _as_str(reply[i]),
+                _Leveled(reply[i + 1], level) if (level := _as_int(reply[i + 2])) else reply[i + 1],
+            )
+            for i in range(3, len(reply), 3)
         ]
         return await self._admit_rest(holder, max_messages, reply, entries)
 
@@ -433,7 +438,7 @@ class ReceiveMixin(FencingMixin):
         malformed = []
         for i in range(3, len(reply), 3):
             entry_id, pel_count = _as_str(reply[i]), _as_int(reply[i + 1])
-            parsed = _parse_entry(entry_id, reply[i + 2])
+            parsed = _parse_entry(entry_id, reply[i + 2], level)
             if isinstance(parsed, _Message):
                 deliveries.append(self._delivery(consumer, lease_ms, parsed, pel_count))
             else:

@@ -19,8 +19,9 @@
 -- message is the time it started to wait (stats reads its age from it).
 --
 -- Priorities: when the hash `levels` exists (a priority above 0 was used), the reply is
--- {ms, admissible, "<levels>", id, fields, ...}: the levels joined by commas, then,
--- with a holder, the entries this script leased to it, best first. Best: the head
+-- {ms, admissible, "<levels>", id, fields, priority, ...}: the levels joined by commas,
+-- then, with a holder, the entries this script leased to it, best first, each with the
+-- priority of the stream it is on. Best: the head
 -- (oldest unread entry) of the level with the highest effective priority, its level
 -- plus one per aging period its entry id's time lies before the server's TIME (capped
 -- at 9); a tie goes to the higher level. The EXISTS of flow control's keys covers the
@@ -226,6 +227,7 @@ for _, h in ipairs(picks) do
     h.next = h.next + 1
     out[#out + 1] = e[1]
     out[#out + 1] = e[2]
+    out[#out + 1] = h.level
   end
 end
 return out
