@@ -72,7 +72,7 @@ def _parse_entry(entry_id: str, fields: object, level: int = 0) -> _Message | _M
     from, which is where its receipt's operations act (its field p only has to be well
     formed).
     """
-    if type(fields) is _Leveled:
+    if isinstance(fields, _Leveled):
         fields, level = fields.fields, fields.level
     if level:
         return replace(_parse(entry_id, fields), level=level)
