@@ -73,7 +73,8 @@ def _parse_entry(entry_id: str, fields: object, level: int = 0) -> _Message | _M
     formed).
     """
     if isinstance(fields, _Leveled):
-        fields, level = fields.fields, fields.level
+        level = fields.level
+        fields = fields.fields
     if level:
         return replace(_parse(entry_id, fields), level=level)
     return _parse(entry_id, fields)
