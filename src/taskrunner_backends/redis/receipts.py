@@ -72,6 +72,15 @@ def _parse_entry(entry_id: str, fields: object, level: int = 0) -> _Message | _M
     from, which is where its receipt's operations act (its field p only has to be well
     formed).
     """
+    if (
+        not level
+        and type(fields) is list
+        and len(fields) == 2
+        and fields[0] == b"b"
+        and type(fields[1]) is bytes
+    ):
+        # Fast path: what `add` writes, the case for every message not yet released.
+        return _Message(entry_id=entry_id, body=fields[1], message_id=entry_id, base_count=0)
     if isinstance(fields, _Leveled):
         level = fields.level
         fields = fields.fields
