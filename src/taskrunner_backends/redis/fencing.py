@@ -146,6 +146,7 @@ class FencingMixin(QueueBase):
                 (level, entries[start : start + FENCED_BATCH])
                 for start in range(0, len(entries), FENCED_BATCH)
             )
+        calls: list[tuple[tuple[str, ...], list[Arg]]] = []
         for level, chunk in chunks:
             args: list[Arg] = [
                 op,
@@ -157,9 +158,13 @@ class FencingMixin(QueueBase):
             ]
             for _, item_args in chunk:
                 args.extend(item_args)
-            statuses = await self._raw.run_script(
-                op, SCRIPTS["fenced"], self._keys.level_scheduling(level), args
-            )
+            calls.append((self._keys.level_scheduling(level), args))
+        if leveled and len(calls) > 1:
+            # Several priorities: one round trip for all their scripts.
+            replies = await self._batched(op, "fenced", calls)
+        else:
+            replies = [await self._raw.run_script(op, SCRIPTS["fenced"], *c) for c in calls]
+        for (_, chunk), statuses in zip(chunks, replies, strict=True):
             for (delivery, _), status in zip(chunk, statuses, strict=True):
                 if _as_int(status) != 1:
                     lost.append(delivery)
