@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from taskrunner.queue import AddRequest, Delivery
 from taskrunner_backends.redis import RedisStreamsQueue, testing
+from taskrunner_backends.redis.replies import _stream_entries
 from tests.redis_fixtures import _QUEUES
 
 from .helpers import open_queue
@@ -324,3 +325,33 @@ async def test_a_malformed_entry_on_a_priority_stream_is_dead_lettered_once(
     assert await queue.ack([got]) == []
     assert await queue.reclaim("b", lease_seconds=0.001, max_messages=5) == []
     assert await queue.len() == 0
+
+
+async def test_a_plain_read_is_given_back_only_while_nobody_read_past_it(
+    queue: RedisStreamsQueue,
+) -> None:
+    first, second = (
+        a.message_id
+        for a in await queue.add_requests([AddRequest(body=b"1"), AddRequest(body=b"2")])
+    )
+    await queue._create_group()
+
+    async def read(consumer: str) -> list[tuple[str, object]]:
+        reply = await queue._raw.call(
+            "read",
+            *("XREADGROUP", "GROUP", queue.keys.group, consumer, "COUNT", 1),
+            *("STREAMS", queue.keys.stream, ">"),
+        )
+        return _stream_entries(reply)[0]
+
+    taken = await read("a~60000")
+    assert [e for e, _ in taken] == [first]
+    assert await queue._unread("a~60000", taken)
+    # Unread again: the next read gets it first, as a first delivery.
+    again = await read("b~60000")
+    assert [e for e, _ in again] == [first]
+    later = await read("c~60000")
+    assert [e for e, _ in later] == [second]
+    # Someone read past it: it stays leased (the caller keeps it).
+    assert not await queue._unread("b~60000", again)
+    assert (await queue.stats()).in_flight == 2
