@@ -122,7 +122,7 @@ class AddingMixin(QueueBase):
             ValueError: The lengths differ, a relay id is empty, or `record_seconds`
                 is not positive; the errors of `add_requests` otherwise.
         """
-        checked = check_requests(requests, flow=True)
+        checked = check_requests(requests, flow=True, priorities=True)
         ids = check_relay_ids(relay_ids, len(checked))
         record_ms = _milliseconds("record_seconds", record_seconds, positive=True)
         return await self._add_requests(checked, ids, record_ms)
@@ -130,13 +130,18 @@ class AddingMixin(QueueBase):
     async def _add_requests(
         self, requests: Sequence[AddRequest], relay_ids: Sequence[str] | None, record_ms: int
     ) -> list[Added]:
+        checked = check_requests(requests, flow=True, priorities=True)
         encoded = [
             (*_encode_request(request), "" if relay_ids is None else relay_ids[index])
-            for index, request in enumerate(check_requests(requests, flow=True))
+            for index, request in enumerate(checked)
         ]
         await self._ready()
         if not encoded:
             return []
+        levels = {request.priority for request in checked if request.priority}
+        if levels:
+            # Before the add: a receive of this handle racing it must read by priority.
+            self._learn_levels(levels)
         commands: list[tuple[Arg, ...]] = []
         keys = self._keys.scheduling
         for start in range(0, len(encoded), ADD_REQUESTS_BATCH):
@@ -281,6 +286,9 @@ def _encode_request(request: AddRequest) -> tuple[Arg, Arg, Arg, Arg, Arg, Arg]:
         mode, value = "a", repr(float(request.due_at))
     elif delay_ms > 0:
         mode, value = "d", delay_ms
+    if request.priority:
+        # The digit after the mode names the priority stream (lua/add_requests.lua).
+        mode = f"{mode}{request.priority}"
     key: Arg = ""
     unique_ms: Arg = ""
     if request.unique_key is not None:

@@ -74,10 +74,18 @@ class AdminMixin(QueueBase):
         count = _as_int(r[10])
         # Messages waiting for flow control's admission are ready to callers.
         waiting, first_waiting_ms = (_as_int(v) for v in r[11 + 4 * count : 13 + 4 * count])
-        ready = _ready_count(lag, length, pending) + due + waiting
+        # The streams of priorities above 0 (all -1 or 0 on a queue without them).
+        level_ready, level_pending, level_oldest_ms, level_idle_ms = (
+            _as_int(v) for v in r[13 + 4 * count : 17 + 4 * count]
+        )
+        ready = _ready_count(lag, length, pending) + due + waiting + level_ready
+        pending += level_pending
+        max_idle_ms = max(max_idle_ms, level_idle_ms)
         ready_since = []
         if oldest_ready_id:
             ready_since.append(int(oldest_ready_id.split("-")[0]))
+        if level_oldest_ms >= 0:
+            ready_since.append(level_oldest_ms)
         if first_due_ms >= 0:
             ready_since.append(first_due_ms)
         if first_waiting_ms >= 0:
@@ -114,8 +122,17 @@ class AdminMixin(QueueBase):
         r = await self._script(
             "len", "stats", self._keys.all, (self._keys.group, 0, "counts", self._keys.flow_prefix)
         )
-        lag, length, pending, _, delayed, waiting = (_as_int(v) for v in r[:6])
-        return _ready_count(lag, length, pending) + delayed + pending + waiting
+        lag, length, pending, _, delayed, waiting, level_ready, level_pending = (
+            _as_int(v) for v in r[:8]
+        )
+        return (
+            _ready_count(lag, length, pending)
+            + delayed
+            + pending
+            + waiting
+            + level_ready
+            + level_pending
+        )
 
     async def list_dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         """The oldest `limit` dead letters, oldest first."""

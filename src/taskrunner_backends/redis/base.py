@@ -59,6 +59,25 @@ class QueueBase:
     # Whether this handle created (or found) the group: a later NOGROUP means it
     # was deleted underneath, which is worth a warning; a first one is not.
     _group_created: bool
+    # The priorities above 0 this handle knows to have a stream, highest first; learned
+    # from its own adds and from script replies. While empty, a receive reads the
+    # priority-0 stream directly, as a queue without priorities always does.
+    _levels: tuple[int, ...]
+    # Aging of priorities, in ms (0: strict).
+    _aging_ms: int
+
+    def _learn_levels(self, levels: object) -> None:
+        """Record the levels named by a script reply (``b"5,9"``) or an add (ints)."""
+        if isinstance(levels, bytes):
+            found = {int(level) for level in levels.split(b",") if level}
+        elif isinstance(levels, str):
+            found = {int(level) for level in levels.split(",") if level}
+        else:
+            assert isinstance(levels, (set, frozenset, tuple, list))
+            found = {int(level) for level in levels}
+        found.discard(0)
+        if not found <= set(self._levels):
+            self._levels = tuple(sorted(found | set(self._levels), reverse=True))
 
     @property
     def keys(self) -> QueueKeys:

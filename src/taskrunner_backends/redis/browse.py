@@ -28,6 +28,10 @@ __all__ = ["BrowseMixin"]
 # queue's flow order (``f:waiting``). Such messages are listed after the stream's.
 _FLOW_CURSOR = re.compile(r"w[0-9]{1,16}")
 
+# The cursor of an entry of a priority's own stream: ``<priority>:<entry id>``. Those
+# streams are listed first, highest priority first, then the priority-0 stream.
+_LEVEL_CURSOR = re.compile(r"([1-9]):([0-9]{1,20}-[0-9]{1,20})")
+
 
 class BrowseMixin(QueueBase):
     """`browse_messages`: a page of waiting or in-flight messages, changing none of them."""
@@ -67,10 +71,15 @@ class BrowseMixin(QueueBase):
                 stream id (``<ms>-<seq>``).
         """
         check_browse(state, limit, body_bytes)
-        if after is not None and not (_is_stream_id(after) or _FLOW_CURSOR.fullmatch(after)):
+        level_cursor = None if after is None else _LEVEL_CURSOR.fullmatch(after)
+        if (
+            after is not None
+            and level_cursor is None
+            and not (_is_stream_id(after) or _FLOW_CURSOR.fullmatch(after))
+        ):
             raise ValueError(
-                f"after must be a stream entry id (ms-seq) or a flow cursor (w<number>), "
-                f"got {after!r:.60}"
+                f"after must be a stream entry id (ms-seq), a priority's entry "
+                f"(<priority>:ms-seq) or a flow cursor (w<number>), got {after!r:.60}"
             )
         await self._ready()
         if state == "waiting":
@@ -80,10 +89,40 @@ class BrowseMixin(QueueBase):
                 self._keys.scheduling,
                 [self._keys.group, PROMOTE_BATCH, self._keys.flow_prefix],
             )
+        held = await self._raw.call("browse", "HGETALL", self._keys.levels)
+        # The hash's fields are the levels (a flat list, or a map under RESP3).
+        self._learn_levels([_as_int(f) for f in (held if isinstance(held, dict) else held[0::2])])
+        # Priorities above 0 first, highest first, each in entry order; then priority 0.
+        order = [*self._levels, 0]
+        start = 0
+        if level_cursor is not None:
+            level = int(level_cursor.group(1))
+            start = order.index(level) if level in order else len(order) - 1
+            after = level_cursor.group(2) if level in order else None
+        elif after is not None:
+            start = len(order) - 1
+        page: list[BrowsedMessage] = []
+        for level in order[start:]:
+            if len(page) >= limit:
+                break
+            page.extend(
+                await self._browse_level(state, level, after, limit - len(page), body_bytes)
+            )
+            after = None
+        return page
+
+    async def _browse_level(
+        self,
+        state: BrowseState,
+        level: int,
+        after: str | None,
+        limit: int,
+        body_bytes: int | None,
+    ) -> list[BrowsedMessage]:
         reply = await self._raw.run_script(
             "browse",
             SCRIPTS["browse"],
-            [self._keys.stream, self._keys.parked],
+            [self._keys.level_stream(level), self._keys.parked],
             [
                 self._keys.group,
                 state,
@@ -91,12 +130,13 @@ class BrowseMixin(QueueBase):
                 limit,
                 "" if body_bytes is None else body_bytes,
                 self._keys.flow_prefix,
+                "1" if level else "",
             ],
         )
         page = []
         for i in range(0, len(reply), 6):
             entry_id = _as_str(reply[i])
-            parsed = _parse_entry(entry_id, reply[i + 1])
+            parsed = _parse_entry(entry_id, reply[i + 1], level)
             cut = reply[i + 5]
             size = None
             if isinstance(parsed, _Message):
@@ -120,7 +160,7 @@ class BrowseMixin(QueueBase):
                 count = base + _as_int(reply[i + 4])
             page.append(
                 BrowsedMessage(
-                    cursor=entry_id,
+                    cursor=f"{level}:{entry_id}" if level else entry_id,
                     message_id=message_id,
                     body=body,
                     delivery_count=count,

@@ -110,6 +110,9 @@ class FencingMixin(QueueBase):
         await self._ready()
         lost: list[Delivery] = []
         items: list[tuple[Delivery, tuple[Arg, ...]]] = []
+        # Deliveries of a priority above 0, by level: their entries are on that level's
+        # stream, which the same script acts on as KEYS[1].
+        leveled: dict[int, list[tuple[Delivery, tuple[Arg, ...]]]] = {}
         for index, delivery in enumerate(deliveries):
             located = _locate(delivery)
             receipt = delivery.receipt
@@ -121,7 +124,7 @@ class FencingMixin(QueueBase):
                 override = b"=" + overrides[index]
             else:
                 override = (b"u" if located.unique else b"") + (b"f" if located.flow else b"")
-            items.append(
+            (items if not located.level else leveled.setdefault(located.level, [])).append(
                 (
                     delivery,
                     (
@@ -135,8 +138,16 @@ class FencingMixin(QueueBase):
                 )
             )
         flag = "1" if self._has_xackdel else "0"
-        for start in range(0, len(items), FENCED_BATCH):
-            chunk = items[start : start + FENCED_BATCH]
+        chunks = [
+            (0, items[start : start + FENCED_BATCH]) for start in range(0, len(items), FENCED_BATCH)
+        ]
+        for level, entries in sorted(leveled.items()):
+            chunks.extend(
+                (level, entries[start : start + FENCED_BATCH])
+                for start in range(0, len(entries), FENCED_BATCH)
+            )
+        calls: list[tuple[tuple[str, ...], list[Arg]]] = []
+        for level, chunk in chunks:
             args: list[Arg] = [
                 op,
                 self._keys.group,
@@ -147,9 +158,13 @@ class FencingMixin(QueueBase):
             ]
             for _, item_args in chunk:
                 args.extend(item_args)
-            statuses = await self._raw.run_script(
-                op, SCRIPTS["fenced"], self._keys.scheduling, args
-            )
+            calls.append((self._keys.level_scheduling(level), args))
+        if leveled and len(calls) > 1:
+            # Several priorities: one round trip for all their scripts.
+            replies = await self._batched(op, "fenced", calls)
+        else:
+            replies = [await self._raw.run_script(op, SCRIPTS["fenced"], *c) for c in calls]
+        for (_, chunk), statuses in zip(chunks, replies, strict=True):
             for (delivery, _), status in zip(chunk, statuses, strict=True):
                 if _as_int(status) != 1:
                     lost.append(delivery)

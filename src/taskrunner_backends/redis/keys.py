@@ -24,6 +24,12 @@ keeps them in one slot and every Lua script may touch all of them::
     {namespace}:{{{queue}}}:r:<id>    one task result (string: its body, with PX)
     {namespace}:{{{queue}}}:done      result notifications (a stream capped with
                                        MAXLEN ~; one entry per put, naming the ids)
+    {namespace}:{{{queue}}}:stream:<p> the ready and in-flight messages of priority p
+                                       (1-9; priority 0 is ``stream`` itself), each
+                                       entry with fields i (message id), n and p
+    {namespace}:{{{queue}}}:levels    the priorities above 0 that have a stream (hash:
+                                       "1".."9" -> 1; absent on a queue that never
+                                       used one)
 
 Flow control (`taskrunner.queue_flow`) keeps its state under ``{namespace}:{{{queue}}}:f:``
 (`QueueKeys.flow_prefix`)::
@@ -167,6 +173,20 @@ class QueueKeys:
     def stream(self) -> str:
         """The stream holding ready and in-flight messages."""
         return f"{self._prefix}:stream"
+
+    def level_stream(self, level: int) -> str:
+        """The stream of priority `level`: `stream` for 0, ``stream:<level>`` above."""
+        return self.stream if level == 0 else f"{self._prefix}:stream:{level}"
+
+    @property
+    def levels(self) -> str:
+        """The hash of priorities above 0 that have a stream (scripts derive it from `stream`)."""
+        return f"{self._prefix}:levels"
+
+    def level_scheduling(self, level: int) -> tuple[str, ...]:
+        """`scheduling` with the stream of `level` first: the KEYS of per-level scripts."""
+        keys = self.scheduling
+        return keys if level == 0 else (self.level_stream(level), *keys[1:])
 
     @property
     def dead(self) -> str:

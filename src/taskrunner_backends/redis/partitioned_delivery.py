@@ -341,7 +341,7 @@ class DeliveryMixin(ShardsBase):
             BackendUnavailableError: A master could not be reached; some of the
                 requests may have been added.
         """
-        requests = check_requests(requests, flow=True)
+        requests = check_requests(requests, flow=True, priorities=True)
         self._check_open()
         # Every request is checked before any shard adds anything.
         for request in requests:
@@ -374,7 +374,7 @@ class DeliveryMixin(ShardsBase):
         """
         if isinstance(requests, AddRequest):
             raise TypeError("requests must be a sequence of AddRequest, not a single one")
-        requests = check_requests(requests, flow=True)
+        requests = check_requests(requests, flow=True, priorities=True)
         ids = check_relay_ids(relay_ids, len(requests))
         _milliseconds("record_seconds", record_seconds, positive=True)
         self._check_open()

@@ -71,6 +71,7 @@ from taskrunner.redaction import mask_secrets, mask_url, url_secrets
 
 from .adding import ADD_REQUESTS_BATCH, DURABLE_WAIT_SECONDS, AddingMixin
 from .admin import NAMES_SCAN_CALLS, NAMES_SCAN_COUNT, STATS_PENDING_SAMPLE, AdminMixin
+from .arguments import _milliseconds
 from .base import Durability
 from .browse import BrowseMixin
 from .client import RawClient
@@ -106,6 +107,7 @@ __all__ = [
     "LOOKUP_BATCH",
     "NAMES_SCAN_CALLS",
     "NAMES_SCAN_COUNT",
+    "PRIORITY_AGING_SECONDS",
     "PROMOTE_BATCH",
     "RESULTS_BATCH",
     "RECLAIM_SCAN_BUDGET",
@@ -121,6 +123,11 @@ __all__ = [
 # redis-py's default is to wait forever for a reply.
 DEFAULT_SOCKET_TIMEOUT_SECONDS = 10.0
 DEFAULT_SOCKET_CONNECT_TIMEOUT_SECONDS = 5.0
+
+#: How long (seconds) the oldest ready message of a priority waits for each level it
+#: rises, by default (as the memory backend): a steady flow of priority-9 messages
+#: delays a priority-0 one by at most 9 periods.
+PRIORITY_AGING_SECONDS = 60.0
 
 _CAPABILITIES = Capabilities(
     blocking_receive=True,
@@ -142,6 +149,8 @@ _CAPABILITIES = Capabilities(
     lookup=True,
     browse=True,
     flow_control=True,
+    priorities=True,
+    priority_aging_seconds=None,
 )
 
 _DURABLE_CAPABILITIES = msgspec.structs.replace(_CAPABILITIES, durable_enqueue=True)
@@ -190,6 +199,11 @@ class RedisStreamsQueue(
             its AOF and fsynced it (``WAITAOF 0 1``, Redis and Valkey 7.2+, replicas
             with ``appendonly yes``). Either claims ``durable_enqueue``. Empty (the
             default): adds return when the master has them.
+        priority_aging_seconds: How long the oldest ready message of a priority waits
+            for each level it rises (`Capabilities.priority_aging_seconds`), measured
+            from its stream entry's time on the server's clock; None: strict
+            priorities. Messages of a priority above 0 live on one stream per priority
+            (see `keys`); a queue that never used one reads and pays as before.
 
     Initialisation (version check, feature detection, group creation) happens in
     `initialize`, which `open` and `open_from_url` await and every other method runs
@@ -208,6 +222,7 @@ class RedisStreamsQueue(
         clock: Clock | None = None,
         owns_client: bool = False,
         durable: Durability = "",
+        priority_aging_seconds: float | None = PRIORITY_AGING_SECONDS,
         _display: str | None = None,
         _shard: str = "",
         _raw: RawClient | None = None,
@@ -231,6 +246,17 @@ class RedisStreamsQueue(
         self._server: ServerInfo | None = None
         self._has_xackdel = False
         self._reclaim_cursor = "0-0"
+        self._level_cursors: dict[int, str] = {}
+        self._levels: tuple[int, ...] = ()
+        self._aging_ms = (
+            0
+            if priority_aging_seconds is None
+            else _milliseconds("priority_aging_seconds", priority_aging_seconds, positive=True)
+        )
+        self._capabilities = msgspec.structs.replace(
+            _DURABLE_CAPABILITIES if durable else _CAPABILITIES,
+            priority_aging_seconds=priority_aging_seconds,
+        )
         self._group_created = False
         self._blocking: set[asyncio.Task[Any]] = set()
         self._cancelled_by_close: set[asyncio.Task[Any]] = set()
@@ -272,7 +298,7 @@ class RedisStreamsQueue(
 
         Not cancel-safe: a cancelled receive may leave entries leased until reclaimed.
         """
-        return _DURABLE_CAPABILITIES if self._durable else _CAPABILITIES
+        return self._capabilities
 
     # -- lifecycle ---------------------------------------------------------------------
 

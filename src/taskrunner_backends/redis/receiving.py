@@ -34,6 +34,21 @@ receive that takes it. Scripts that make a key admissible (a new waiting message
 an idle key, a slot freed by ack, dead letter or release, a cancel that changes a
 blocked key's head) ring the doorbell, which wakes one blocked receive.
 
+Priorities (`AddRequest.priority`). Each priority above 0 has its own stream and group
+(``stream:<p>``, see `keys`); priority 0 is the queue's stream, so a queue that never
+used one is read exactly as above. A handle learns that priorities are in use from its
+own adds and from the receive script, whose one EXISTS of flow control's keys covers
+the ``levels`` hash too. From then on the receive script itself leases: it ranks the
+oldest unread entry of each level (its level, plus one per ``priority_aging_seconds``
+its stream id's time lies before the server's TIME, capped at 9; a tie goes to the
+higher level) and XREADGROUPs exactly the chosen entries per level, one script per
+receive. A handle whose plain read ran just as priorities appeared gives that read back
+unread (``lua/unread.lua``: XACK, then the group's cursor just before it, when nobody
+read past it) and leases by priority instead. A blocked read still waits on priority
+0's stream and the doorbell only: every add of a higher priority rings the doorbell.
+Reclaim, heartbeat, ack, release and dead letter run their scripts once per level, on
+that level's stream; the receipt's token names the level.
+
 Reclaim. `reclaim` pages through the PEL with ``XPENDING`` from a cursor kept on the
 queue object (restarting at the oldest entry when it reaches the end), at most
 `RECLAIM_SCAN_BUDGET` entries per call, so lapsed entries behind many live ones are
@@ -59,7 +74,7 @@ from .arguments import _check_consumer, _milliseconds
 from .client import Arg, is_no_script
 from .errors import GroupMissingError, translate_errors
 from .fencing import FencingMixin
-from .receipts import _holder, _Malformed, _Message, _parse_entry, _token
+from .receipts import _holder, _Leveled, _Malformed, _Message, _parse_entry, _token
 from .replies import _as_int, _as_str, _stream_entries
 from .scripts import SCRIPTS
 
@@ -115,6 +130,8 @@ class ReceiveMixin(FencingMixin):
     """`receive` (with the doorbell and the promotion of due messages) and `reclaim`."""
 
     _reclaim_cursor: str
+    # Each priority's own reclaim cursor (its stream has its own PEL).
+    _level_cursors: dict[int, str]
     # Tasks blocked in a read, and those of them that `aclose` cancelled.
     _blocking: set[asyncio.Task[Any]]
     _cancelled_by_close: set[asyncio.Task[Any]]
@@ -217,11 +234,16 @@ class ReceiveMixin(FencingMixin):
         Returns the ms until the next delayed message is due (-1: none) and the entries.
         The promotion script goes first in the same write, so what it promotes is read.
         """
+        if self._levels:
+            return await self._receive_by_priority(holder, max_messages, rings)
         keys = self._keys.scheduling
         prepare_args: tuple[Arg, ...] = (
             self._keys.group,
             PROMOTE_BATCH,
             self._keys.flow_prefix,
+            "",
+            0,
+            0,
             *rings,
         )
         read: tuple[Arg, ...] = (
@@ -256,7 +278,21 @@ class ReceiveMixin(FencingMixin):
             due = await self._script("receive", "receive", keys, prepare_args)
         if not isinstance(due, list):
             return _as_int(due), entries
+        if len(due) > 2:
+            # A priority above 0 is in use: from now on this handle leases by priority.
+            # What the read took from the priority-0 stream goes back unread if no one
+            # read past it meanwhile, and the receive starts over by priority.
+            self._learn_levels(due[2])
+            if not entries or await self._unread(holder, entries):
+                return await self._receive_by_priority(holder, max_messages, [])
+            _log.debug("%r: first receive since priorities appeared read priority 0", self)
         # Flow keys wait: the reply also says whether one may admit now.
+        return await self._admit_rest(holder, max_messages, due, entries)
+
+    async def _admit_rest(
+        self, holder: str, max_messages: int, due: list[Any], entries: list[tuple[str, object]]
+    ) -> tuple[int, list[tuple[str, object]]]:
+        """Admit waiting flow messages for what `entries` left of `max_messages`."""
         next_due_ms, admissible = _as_int(due[0]), _as_int(due[1])
         rounds = ADMIT_ROUNDS if admissible else 0
         while rounds and len(entries) < max_messages:
@@ -269,9 +305,43 @@ class ReceiveMixin(FencingMixin):
                 break
         return next_due_ms, entries
 
-    async def _admit(
-        self, holder: str, count: int
-    ) -> tuple[int, bool, list[tuple[str, object]]]:
+    async def _receive_by_priority(
+        self, holder: str, max_messages: int, rings: list[str]
+    ) -> tuple[int, list[tuple[str, object]]]:
+        """`_receive_now` when priorities are in use: the receive script leases by priority."""
+        keys = self._keys.scheduling
+        args: tuple[Arg, ...] = (
+            self._keys.group,
+            PROMOTE_BATCH,
+            self._keys.flow_prefix,
+            holder,
+            max_messages,
+            self._aging_ms,
+            *rings,
+        )
+        reply = await self._script("receive", "receive", keys, args)
+        self._learn_levels(reply[2])
+        # Each entry with the priority of the stream it came from (0: as read plainly).
+        entries: list[tuple[str, object]] = [
+            (
+                _as_str(reply[i]),
+                _Leveled(reply[i + 1], level) if (level := _as_int(reply[i + 2])) else reply[i + 1],
+            )
+            for i in range(3, len(reply), 3)
+        ]
+        return await self._admit_rest(holder, max_messages, reply, entries)
+
+    async def _unread(self, holder: str, entries: list[tuple[str, object]]) -> bool:
+        """Give back `entries`, just read from the priority-0 stream, as never delivered."""
+        reply = await self._script(
+            "receive",
+            "unread",
+            (self._keys.stream,),
+            (self._keys.group, holder, *(entry_id for entry_id, _ in entries)),
+        )
+        return _as_int(reply) == 1
+
+    async def _admit(self, holder: str, count: int) -> tuple[int, bool, list[tuple[str, object]]]:
         """Lease up to `count` ready messages, then admit waiting ones for the rest.
 
         The script (``lua/admit.lua``) leases ready messages that arrived since the
@@ -354,21 +424,39 @@ class ReceiveMixin(FencingMixin):
         check_count("max_messages", max_messages)
         _check_consumer(consumer)
         await self._ready()
+        deliveries = await self._reclaim_level(consumer, lease_ms, max_messages, 0)
+        # Each priority's stream has its own PEL, scanned from its own cursor; higher
+        # priorities first.
+        for level in self._levels:
+            if len(deliveries) >= max_messages:
+                break
+            more = max_messages - len(deliveries)
+            deliveries.extend(await self._reclaim_level(consumer, lease_ms, more, level))
+        return deliveries
+
+    async def _reclaim_level(
+        self, consumer: str, lease_ms: int, max_messages: int, level: int
+    ) -> list[Delivery]:
         reply = await self._script(
             "reclaim",
             "reclaim",
-            self._keys.scheduling,
+            self._keys.level_scheduling(level),
             (
                 self._keys.group,
                 _holder(consumer, lease_ms),
                 lease_ms,
                 max_messages,
-                self._reclaim_cursor,
+                self._level_cursors.get(level, "0-0") if level else self._reclaim_cursor,
                 RECLAIM_SCAN_BUDGET,
                 self._keys.flow_prefix,
             ),
         )
-        self._reclaim_cursor = _as_str(reply[0])
+        if level:
+            self._level_cursors[level] = _as_str(reply[0])
+        else:
+            self._reclaim_cursor = _as_str(reply[0])
+        if reply[2]:
+            self._learn_levels(reply[2])
         gone = _as_int(reply[1])
         if gone:
             _log.warning(
@@ -378,9 +466,9 @@ class ReceiveMixin(FencingMixin):
             )
         deliveries = []
         malformed = []
-        for i in range(2, len(reply), 3):
+        for i in range(3, len(reply), 3):
             entry_id, pel_count = _as_str(reply[i]), _as_int(reply[i + 1])
-            parsed = _parse_entry(entry_id, reply[i + 2])
+            parsed = _parse_entry(entry_id, reply[i + 2], level)
             if isinstance(parsed, _Message):
                 deliveries.append(self._delivery(consumer, lease_ms, parsed, pel_count))
             else:

@@ -52,7 +52,8 @@ def _load(name: str) -> Script:
 #: the worker registry, the test hook age_lease, clear (purge and delete_queue), the
 #: scheduling and leadership parts (add_requests, cancel, leadership), and the results
 #: and lookup parts (results: put and delete; lookup), and the browse part (browse);
-#: flow_route: a partitioned queue's record of each flow key's route.
+#: flow_route: a partitioned queue's record of each flow key's route; unread: a receive's
+#: give-back of what it read before it knew priorities were in use.
 SCRIPTS: dict[str, Script] = {
     name: _load(name)
     for name in (
@@ -74,5 +75,6 @@ SCRIPTS: dict[str, Script] = {
         "lookup",
         "browse",
         "flow_route",
+        "unread",
     )
 }

@@ -85,6 +85,12 @@ def entry_id(delivery_or_id: Delivery | str) -> str:
     return located.entry_id
 
 
+def _stream_of(queue: RedisStreamsQueue, delivery_or_id: Delivery | str) -> str:
+    """The stream of the entry: its priority's (named by the receipt), else priority 0's."""
+    located = None if isinstance(delivery_or_id, str) else _locate(delivery_or_id)
+    return queue.keys.level_stream(0 if located is None else located.level)
+
+
 async def age_lease(queue: AnyQueue, delivery: Delivery | str, seconds: float) -> bool:
     """Make the message's current lease look idle for `seconds`, whoever holds it.
 
@@ -96,7 +102,7 @@ async def age_lease(queue: AnyQueue, delivery: Delivery | str, seconds: float) -
     reply = await queue._raw.run_script(
         "age lease",
         SCRIPTS["age_lease"],
-        (queue.keys.stream,),
+        (_stream_of(queue, delivery),),
         (queue.keys.group, entry_id(delivery), max(0, math.ceil(seconds * 1000))),
     )
     return bool(reply)
@@ -107,7 +113,7 @@ async def remove_payload(queue: AnyQueue, delivery_or_id: Delivery | str) -> boo
     queue, delivery_or_id = _shard_of(queue, delivery_or_id)
     await queue.initialize()
     deleted = await queue._raw.call(
-        "remove payload", "XDEL", queue.keys.stream, entry_id(delivery_or_id)
+        "remove payload", "XDEL", _stream_of(queue, delivery_or_id), entry_id(delivery_or_id)
     )
     return bool(deleted)
 

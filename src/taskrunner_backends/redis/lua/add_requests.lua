@@ -4,7 +4,8 @@
 --       6 doorbell stream, 7 moved hash, 8 uniques zset, 9 dead ids (unused)
 -- ARGV: 1 group, 2 unique-key prefix, 3 relay-record prefix, 4 relay-record ms,
 --       5 flow-control prefix, then 7 per request: mode ("r" ready, "d" delay in ms,
---       "a" due at Unix seconds as text), value, unique key ("" none), unique ms (""
+--       "a" due at Unix seconds as text; followed by the priority digit 1-9 when it
+--       is above 0), value, unique key ("" none), unique ms (""
 --       none, "0" not held), body, flow ("" none, else key, concurrency, rate, burst
 --       and rate key joined by NUL, "" for an absent one), relay id ("" none)
 -- Returns {message id, 1 added | 0 held by that message, ...}, one pair per request.
@@ -23,12 +24,18 @@
 -- entry carries that id (i) and delivery count 0 (n), as released messages do, and
 -- `moved` maps the id to the parked entry so cancel can find it.
 --
+-- A message of priority p above 0 goes to its own stream (stream:p, its group created
+-- with it and p recorded in the hash `levels`) under a reserved id like a delayed one:
+-- fields i, n 0 and p, `moved` naming "S<p><entry id>" and `origins` the entry. A
+-- delayed one is parked with field p, which its promotion reads. Each one added rings
+-- the doorbell: blocked receives read only the priority-0 stream.
+--
 -- A message with a flow is parked the same way under a reserved id, with its flow in
 -- its fields (f key, fc concurrency, fr rate, fb burst, fk rate key), and waits
 -- (flow_lib.lua) from its due time: at once when it has no delay, else when the
 -- receive that promotes it finds it due.
 
-local stream, delayed, parked = KEYS[1], KEYS[3], KEYS[4]
+local stream, delayed, parked, origins = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local bell, moved, uniques = KEYS[6], KEYS[7], KEYS[8]
 local group, uprefix, rprefix, rms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 flow.prefix, flow.bell = ARGV[5], bell
@@ -66,6 +73,24 @@ local function reserve()
   return id
 end
 
+-- The levels that have a stream and group, as this script found or made them.
+local made = {}
+local function level_stream(level)
+  local s = stream .. ':' .. level
+  if not made[level] then
+    local levels = string.sub(stream, 1, -7) .. 'levels'
+    if redis.call('HSET', levels, level, '1') == 1 or redis.call('EXISTS', s) == 0 then
+      local r = redis.pcall('XGROUP', 'CREATE', s, group, '0', 'MKSTREAM')
+      if type(r) == 'table' and r.err and not string.find(r.err, 'BUSYGROUP', 1, true) then
+        error(r.err)
+      end
+    end
+    made[level] = true
+  end
+  return s
+end
+local prio_rings = 0
+
 local pruned = false
 local earliest = false   -- the earliest due time parked before this script, when read
 local ring = false
@@ -95,6 +120,11 @@ end
 
 for i = 6, #ARGV, 7 do
   local mode, value, ukey, ums, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local level = nil
+  if #mode > 1 then
+    level = string.sub(mode, 2)
+    mode = string.sub(mode, 1, 1)
+  end
   local spec, relay = ARGV[i + 5], ARGV[i + 6]
   local holder = nil
   local relayed = false
@@ -129,7 +159,20 @@ for i = 6, #ARGV, 7 do
       fields[4] = ukey
     end
     local id
-    if due <= now and spec == '' then
+    if level and due <= now then
+      local s = level_stream(level)
+      id = reserve()
+      fields[#fields + 1] = 'i'
+      fields[#fields + 1] = id
+      fields[#fields + 1] = 'n'
+      fields[#fields + 1] = '0'
+      fields[#fields + 1] = 'p'
+      fields[#fields + 1] = level
+      local entry = redis.call('XADD', s, '*', unpack(fields))
+      redis.call('HSET', origins, entry, id .. '/0')
+      redis.call('HSET', moved, id, 'S' .. level .. entry)
+      prio_rings = prio_rings + 1
+    elseif due <= now and spec == '' then
       id = redis.call('XADD', stream, '*', unpack(fields))
       if last_ms ~= nil then
         last_ms, last_seq = parse(id)
@@ -152,6 +195,11 @@ for i = 6, #ARGV, 7 do
       fields[#fields + 1] = '0'
       if spec ~= '' then
         flow_fields(spec, fields)
+      end
+      if level then
+        level_stream(level)
+        fields[#fields + 1] = 'p'
+        fields[#fields + 1] = level
       end
       if earliest == false then
         local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
@@ -183,6 +231,10 @@ for i = 6, #ARGV, 7 do
 end
 if ring and not flow.rung then
   -- Wakes one blocked receive, which re-runs its script and blocks until this due time.
+  redis.call('XADD', bell, 'MAXLEN', '~', 64, '*', 'r', '1')
+end
+-- One ring per message of a priority above 0 (at most 64), so each may wake a receive.
+for _ = 1, math.min(prio_rings, 64) do
   redis.call('XADD', bell, 'MAXLEN', '~', 64, '*', 'r', '1')
 end
 return out

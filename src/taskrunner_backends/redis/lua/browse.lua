@@ -4,7 +4,9 @@
 -- ARGV: 1 group, 2 "waiting" | "in_flight", 3 cursor (a stream entry id, or "w<number>"
 --       for a message waiting for flow control; "" = from the first), 4 limit (count,
 --       checked by the caller), 5 body bytes ("" = whole bodies; else the body field
---       'b' is cut to its first N bytes here, on the server), 6 flow-control prefix
+--       'b' is cut to its first N bytes here, on the server), 6 flow-control prefix,
+--       7 "1" to leave out the messages waiting for flow control (a priority's own
+--       stream as KEYS[1]: the caller lists them with priority 0)
 -- Returns 6 values per entry, in entry-id order: entry id, its field list (false when
 --       the entry is gone), then for in_flight: group consumer, idle ms, PEL count
 --       (false for waiting), then the whole length of the 'b' field when it was cut
@@ -85,7 +87,7 @@ end
 
 -- The messages waiting for admission after number `from`, as many as `count`.
 local function flow_page(from, count)
-  if count <= 0 then
+  if count <= 0 or ARGV[7] == '1' then
     return
   end
   local line = redis.call('ZRANGEBYSCORE', waiting, '(' .. from, '+inf', 'WITHSCORES',

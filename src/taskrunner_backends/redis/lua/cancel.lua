@@ -11,6 +11,8 @@
 -- to anyone, so it is in no PEL. Older entries still in the stream are in flight.
 -- A message waiting for flow control's admission is parked too (in its key's f:q:
 -- zset, not in the delayed set): it leaves its key's line and holds no slot to free.
+-- A message of a priority above 0 is an entry of that priority's stream, which `moved`
+-- names as S<priority><entry id>; that stream's group cursor says whether it is ready.
 
 local stream, delayed, parked, origins = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local moved, uniques = KEYS[7], KEYS[8]
@@ -22,11 +24,13 @@ local function parse(id)
   return tonumber(ms), tonumber(seq)
 end
 
-local cursor_ms, cursor_seq = nil, nil
-local function delivered_up_to()
-  if cursor_ms == nil then
-    cursor_ms, cursor_seq = 0, 0
-    local groups = redis.pcall('XINFO', 'GROUPS', stream)
+-- Each stream's group cursor, read once: {ms, seq}.
+local cursors = {}
+local function delivered_up_to(key)
+  local c = cursors[key]
+  if c == nil then
+    c = {0, 0}
+    local groups = redis.pcall('XINFO', 'GROUPS', key)
     if type(groups) == 'table' and not groups.err then
       for _, g in ipairs(groups) do
         local m = {}
@@ -34,12 +38,13 @@ local function delivered_up_to()
           m[g[i]] = g[i + 1]
         end
         if m['name'] == group then
-          cursor_ms, cursor_seq = parse(m['last-delivered-id'])
+          c = {parse(m['last-delivered-id'])}
         end
       end
     end
+    cursors[key] = c
   end
-  return cursor_ms, cursor_seq
+  return c[1], c[2]
 end
 
 local function field(fields, name)
@@ -52,13 +57,14 @@ local function field(fields, name)
 end
 
 -- The fields of stream entry `id` when it is ready (never delivered), else nil.
-local function ready(id)
-  local r = redis.call('XRANGE', stream, id, id)
+local function ready(id, key)
+  key = key or stream
+  local r = redis.call('XRANGE', key, id, id)
   if #r == 0 then
     return nil
   end
   local ms, seq = parse(id)
-  local cms, cseq = delivered_up_to()
+  local cms, cseq = delivered_up_to(key)
   if ms < cms or (ms == cms and seq <= cseq) then
     return nil
   end
@@ -99,9 +105,13 @@ for i = 4, #ARGV do
         end
       end
     else
-      local fields = ready(where)
+      local key = stream
+      if kind == 'S' then
+        key, where = stream .. ':' .. string.sub(where, 1, 1), string.sub(where, 2)
+      end
+      local fields = ready(where, key)
       if fields then
-        redis.call('XDEL', stream, where)
+        redis.call('XDEL', key, where)
         redis.call('HDEL', origins, where)
         redis.call('HDEL', moved, id)
         free(fields, id)

@@ -21,11 +21,28 @@
 -- Both clear every flow-control key: waiting messages (counted by purge), slots,
 -- turns and rate times; f:turn names every key that has had waiting messages (and
 -- so every f:q:<key> and f:h:<key>).
+--
+-- Priorities: the stream of each priority in the hash `levels` is purged as the stream
+-- is (trimmed, its group recreated; the set stays) and deleted with the queue.
 
 local stream, dead, delayed, parked, origins = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local moved, uniques = KEYS[7], KEYS[8]
 local mode, group, uprefix = ARGV[1], ARGV[2], ARGV[3]
 local fprefix = ARGV[5]
+local levels_key = string.sub(stream, 1, -7) .. 'levels'
+local level_streams = {}
+-- The priorities above 0 in use: the fields of the hash `levels` (HGETALL: only
+-- commands of the documented ACL).
+local function levels_in(key)
+  local flat, out = redis.call('HGETALL', key), {}
+  for i = 1, #flat, 2 do
+    out[#out + 1] = flat[i]
+  end
+  return out
+end
+for _, level in ipairs(levels_in(levels_key)) do
+  level_streams[#level_streams + 1] = stream .. ':' .. level
+end
 
 local function clear_flow()
   -- HGETALL, not HKEYS: only commands of the documented ACL.
@@ -69,16 +86,28 @@ end
 
 if mode == 'delete' then
   local last = math.max(last_ms(stream), last_ms(dead))
+  for _, s in ipairs(level_streams) do
+    last = math.max(last, last_ms(s))
+  end
   delete_indexed(uniques, uprefix)
   delete_indexed(KEYS[13], ARGV[4])
   clear_flow()
   redis.call('DEL', unpack(KEYS))
+  redis.call('DEL', levels_key, unpack(level_streams))
   local t = redis.call('TIME')
   return {last, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
 end
 
 local n = redis.call('XLEN', stream) + redis.call('ZCARD', delayed)
   + redis.call('ZCARD', fprefix .. 'waiting')
+for _, s in ipairs(level_streams) do
+  n = n + redis.call('XLEN', s)
+  if redis.call('EXISTS', s) == 1 then
+    redis.call('XTRIM', s, 'MAXLEN', 0)
+    redis.pcall('XGROUP', 'DESTROY', s, group)
+    redis.call('XGROUP', 'CREATE', s, group, '0')
+  end
+end
 delete_indexed(uniques, uprefix)
 clear_flow()
 redis.call('DEL', delayed, parked, origins, moved, uniques)

@@ -20,6 +20,10 @@
 -- message nor misses a running one. A released message with a flow waits again at the
 -- back of its key's messages (flow_wait), at once or, with a delay, from its due time
 -- (receive.lua starts it waiting then). A heartbeat changes nothing of it.
+--
+-- Priorities: the caller runs one call per priority, with that priority's stream
+-- (``stream:<p>``) as KEYS[1]. Its entries carry field p, which a release (re-added to
+-- the same stream, or parked and promoted back to it) and a dead letter keep.
 
 local stream, dead, delayed, parked, origins = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local bell, moved, uniques, dead_ids = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -27,6 +31,9 @@ local op, group, arg, has_xackdel = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 local uprefix = ARGV[5]
 flow.prefix, flow.bell = ARGV[6], bell
 local GONE = 'payload removed from the stream while pending'
+-- The priority of KEYS[1] (nil: 0). Its entries are never under their message id.
+local level = string.match(stream, ':stream:(%d)$')
+local moved_tag = level and ('S' .. level) or 's'
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -72,7 +79,7 @@ end
 -- Delete-on-ack: the entry leaves the PEL and the stream together (and a re-added
 -- entry's origin record with it).
 local function complete(id, message_id)
-  if id ~= message_id then
+  if id ~= message_id or level then
     redis.call('HDEL', origins, id)
   end
   if has_xackdel then
@@ -96,7 +103,7 @@ end
 -- for the call, and one release of slots per flow key (flow_free_all).
 local acked, acked_origins, acked_moved, acked_flows = {}, {}, {}, {}
 local function complete_later(id, message_id, flowed)
-  if id ~= message_id then
+  if id ~= message_id or level then
     acked_origins[#acked_origins + 1] = id
     acked_moved[#acked_moved + 1] = message_id
   end
@@ -149,7 +156,7 @@ end
 
 -- The message leaves the queue for good: forget where it moved to.
 local function forget(id, message_id)
-  if id ~= message_id then
+  if id ~= message_id or level then
     redis.call('HDEL', moved, message_id)
   end
 end
@@ -190,6 +197,11 @@ local FLOW_FIELDS = {f = true, fc = true, fr = true, fb = true, fk = true}
 
 local function bury(body, reason, message_id, count, fields)
   local entry = {'b', body, 'r', reason, 'o', message_id, 'c', count, 't', stamp()}
+  if level then
+    -- A retry puts it back on its priority's stream.
+    entry[#entry + 1] = 'p'
+    entry[#entry + 1] = level
+  end
   if fields and flow_of(fields) then
     for i = 1, #fields, 2 do
       if FLOW_FIELDS[fields[i]] then
@@ -217,7 +229,7 @@ for i = 7, #ARGV, 6 do
       local claimed = redis.call('XCLAIM', stream, group, consumer, 0, id, 'JUSTID')
       if #claimed == 0 then
         -- 7.0+: XCLAIM drops a PEL entry whose payload was deleted; record why.
-        if id ~= message_id then
+        if id ~= message_id or level then
           redis.call('HDEL', origins, id)
         end
         forget(id, message_id)
@@ -237,7 +249,7 @@ for i = 7, #ARGV, 6 do
       local fields = fields_of(id)
       if fields == nil then
         redis.call('XACK', stream, group, id)
-        if id ~= message_id then
+        if id ~= message_id or level then
           redis.call('HDEL', origins, id)
         end
         forget(id, message_id)
@@ -271,7 +283,7 @@ for i = 7, #ARGV, 6 do
         elseif delay <= 0 then
           local new_id = redis.call('XADD', stream, '*', unpack(copy))
           redis.call('HSET', origins, new_id, message_id .. '/' .. reported)
-          redis.call('HSET', moved, message_id, 's' .. new_id)
+          redis.call('HSET', moved, message_id, moved_tag .. new_id)
         else
           local parked_id = park(copy, now + delay)
           redis.call('HSET', moved, message_id, 'p' .. parked_id)

@@ -12,7 +12,8 @@
 --       which its rate next allows one, as text (rate), and its rate key (rate)
 --
 -- Where a message is: its own stream entry until it is first released; after a
--- release or a delayed add, the entry `moved` names (s<stream id> or p<parked id>);
+-- release or a delayed add, the entry `moved` names (s<stream id> or p<parked id>, or
+-- S<priority><entry id> for an entry of a priority's own stream, any priority above 0);
 -- after dead-lettering, the dead letter `dead_ids` names. Its delivery count is the
 -- entry's base (field n) plus the PEL's count while it is leased. A message waiting for
 -- flow control's admission is parked but in no delayed set: it is ready, and why it
@@ -42,8 +43,8 @@ local function entry(key, id)
   return f
 end
 
-local function pending(id)
-  local p = redis.pcall('XPENDING', stream, group, id, id, 1)
+local function pending(id, key)
+  local p = redis.pcall('XPENDING', key or stream, group, id, id, 1)
   if type(p) ~= 'table' or p.err or #p == 0 then
     return nil
   end
@@ -97,9 +98,9 @@ local function why(f)
 end
 
 -- A stream entry: running while it is pending, ready otherwise.
-local function on_stream(id, f)
+local function on_stream(id, f, key)
   local base = tonumber(f['n'] or '0') or 0
-  local p = pending(id)
+  local p = pending(id, key)
   if p then
     emit('running', base + tonumber(p[4]), f['b'], p[2], tonumber(p[3]))
   else
@@ -113,10 +114,14 @@ for i = 3, #ARGV do
   local loc = redis.call('HGET', moved, id)
   if loc then
     local kind, at = string.sub(loc, 1, 1), string.sub(loc, 2)
-    if kind == 's' then
-      local f = entry(stream, at)
+    if kind == 's' or kind == 'S' then
+      local key = stream
+      if kind == 'S' then
+        key, at = stream .. ':' .. string.sub(at, 1, 1), string.sub(at, 2)
+      end
+      local f = entry(key, at)
       if f then
-        on_stream(at, f)
+        on_stream(at, f, key)
         found = true
       end
     elseif kind == 'p' then

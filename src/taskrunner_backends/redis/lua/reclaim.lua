@@ -6,7 +6,11 @@
 -- ARGV: 1 group, 2 consumer (with its lease suffix), 3 lease ms assumed for holders
 --       whose name carries none, 4 count, 5 cursor ("0-0": from the start),
 --       6 PEL entries to scan at most, 7 flow-control prefix
--- Returns {next cursor, payloads found deleted, id, delivery count, fields, ...}
+-- Returns {next cursor, payloads found deleted, the priorities above 0 in use joined by
+--          commas, id, delivery count, fields, ...}
+--
+-- Priorities: the caller runs one call per priority, with that priority's stream
+-- (``stream:<p>``) as KEYS[1] and that stream's own cursor.
 --
 -- A consumer's name ends in "~<lease ms>": the lease every delivery it holds was
 -- granted (see queue.py). An entry is lapsed when its idle time exceeds its holder's
@@ -84,7 +88,17 @@ while need > 0 and scanned < budget do
   end
 end
 
-local out = {cursor, deleted}
+-- The priorities above 0 in use: the fields of the hash `levels` (HGETALL: only
+-- commands of the documented ACL).
+local function levels_in(key)
+  local flat, out = redis.call('HGETALL', key), {}
+  for i = 1, #flat, 2 do
+    out[#out + 1] = flat[i]
+  end
+  return out
+end
+local levels = levels_in(string.sub(dead, 1, -5) .. 'levels')
+local out = {cursor, deleted, table.concat(levels, ',')}
 for _, v in ipairs(items) do
   out[#out + 1] = v
 end

@@ -14,6 +14,10 @@
 -- rings nobody will read again (a receive cancelled or crashed after its read): they
 -- are acked and deleted, and such consumers go by the same rule, whatever they hold.
 -- They are not reported (callers know only the queue's consumers).
+--
+-- Priorities: a consumer that leased a priority above 0 is also a consumer of that
+-- priority's stream. It goes from every stream only if it owns nothing on any, and
+-- its inactivity is its least over them.
 
 local stream, bell, group, min_idle = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
 local named = nil
@@ -67,17 +71,44 @@ if not rings.err then
   end
 end
 
-local consumers = redis.pcall('XINFO', 'CONSUMERS', stream, group)
-if consumers.err then
-  return {}
+local streams = {stream}
+local flat = redis.call('HGETALL', string.sub(stream, 1, -7) .. 'levels')
+for i = 1, #flat, 2 do
+  streams[#streams + 1] = stream .. ':' .. flat[i]
+end
+-- name -> {pending over every stream, least inactivity, streams it is on}
+local seen, names = {}, {}
+for _, s in ipairs(streams) do
+  local consumers = redis.pcall('XINFO', 'CONSUMERS', s, group)
+  if not consumers.err then
+    for _, c in ipairs(consumers) do
+      local m = fields(c)
+      local idle = m['inactive']
+      if idle == nil or tonumber(idle) < 0 then
+        idle = m['idle']
+      end
+      local v = seen[m['name']]
+      if v == nil then
+        v = {pending = 0, name = m['name'], on = {}}
+        seen[m['name']] = v
+        names[#names + 1] = m['name']
+      end
+      v.pending = v.pending + tonumber(m['pending'])
+      v.on[#v.on + 1] = s
+      if v.idle == nil or tonumber(idle) < v.idle then
+        v.idle = tonumber(idle)
+      end
+    end
+  end
 end
 local removed = {}
-for _, c in ipairs(consumers) do
-  local m = fields(c)
-  local chosen = chosen_by_rule(m)
-  if chosen and tonumber(m['pending']) == 0 then
-    redis.call('XGROUP', 'DELCONSUMER', stream, group, m['name'])
-    removed[#removed + 1] = m['name']
+for _, name in ipairs(names) do
+  local v = seen[name]
+  if chosen_by_rule({name = name, idle = v.idle}) and v.pending == 0 then
+    for _, s in ipairs(v.on) do
+      redis.call('XGROUP', 'DELCONSUMER', s, group, name)
+    end
+    removed[#removed + 1] = name
   end
 end
 return removed

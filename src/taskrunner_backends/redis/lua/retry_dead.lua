@@ -57,11 +57,25 @@ end
 
 local FLOW_FIELDS = {f = true, fc = true, fr = true, fb = true, fk = true}
 
+-- A dead letter of priority p (field p) comes back on that priority's stream, as a new
+-- add of that priority does (add_requests.lua): fields i, n 0 and p under a reserved id.
+local prefix = string.sub(stream, 1, -7)
+local function level_stream(level)
+  local s = stream .. ':' .. level
+  if redis.call('HSET', prefix .. 'levels', level, '1') == 1 or redis.call('EXISTS', s) == 0 then
+    local r = redis.pcall('XGROUP', 'CREATE', s, group, '0', 'MKSTREAM')
+    if type(r) == 'table' and r.err and not string.find(r.err, 'BUSYGROUP', 1, true) then
+      error(r.err)
+    end
+  end
+  return s
+end
+
 local out = {}
 for _, id in ipairs(ids) do
   local r = redis.call('XRANGE', dead, id, id)
   if #r > 0 then
-    local body, original = '', nil
+    local body, original, level = '', nil, nil
     local fields = r[1][2]
     local spec = {}
     for i = 1, #fields, 2 do
@@ -69,6 +83,8 @@ for _, id in ipairs(ids) do
         body = fields[i + 1]
       elseif fields[i] == 'o' then
         original = fields[i + 1]
+      elseif fields[i] == 'p' then
+        level = fields[i + 1]
       elseif FLOW_FIELDS[fields[i]] then
         spec[#spec + 1] = fields[i]
         spec[#spec + 1] = fields[i + 1]
@@ -81,6 +97,14 @@ for _, id in ipairs(ids) do
       local parked_id = redis.call('XADD', parked, '*', unpack(entry))
       redis.call('HSET', moved, new_id, 'p' .. parked_id)
       flow_wait(k, parked_id)
+      out[#out + 1] = new_id
+    elseif level then
+      local s = level_stream(level)
+      local new_id = reserve()
+      local entry = redis.call('XADD', s, '*', 'b', body, 'i', new_id, 'n', '0', 'p', level)
+      redis.call('HSET', prefix .. 'origins', entry, new_id .. '/0')
+      redis.call('HSET', moved, new_id, 'S' .. level .. entry)
+      redis.call('XADD', KEYS[6], 'MAXLEN', '~', 64, '*', 'r', '1')
       out[#out + 1] = new_id
     else
       out[#out + 1] = redis.call('XADD', stream, '*', 'b', body)
