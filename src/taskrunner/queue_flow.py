@@ -36,7 +36,10 @@ the message to whoever reclaims it.
 The rate limit is the generic cell rate algorithm: a rate key keeps a theoretical
 arrival time ``tat``; a message is admitted at ``now`` when
 ``tat - now <= (burst - 1) / rate``, and admission sets
-``tat = max(tat, now) + 1 / rate``. The values of the admitted message apply: messages
+``tat = max(tat, now - credit) + 1 / rate``, where ``credit`` (0 up to half
+an interval, the backend's choice) lets an admission that comes a little late keep
+the key's schedule; with any such credit no window of ``k`` intervals holds more than
+``k + burst`` admissions. The values of the admitted message apply: messages
 of one rate key are expected to carry the same ``rate`` and ``burst``, and when they
 do not, each admission uses the head message's own. A reclaim is not an admission and
 spends no rate.
