@@ -120,9 +120,7 @@ def _wait(
 ) -> FlowWait:
     """Why a waiting message is not admitted yet, judged as `flow_admit` would now."""
     if concurrency is not None and len(holders or ()) >= concurrency:
-        return FlowWait(
-            key=flow_key, reason="slot", holders=tuple(str(i) for i in holders or ())
-        )
+        return FlowWait(key=flow_key, reason="slot", holders=tuple(str(i) for i in holders or ()))
     if wake is not None and wake > now + GCRA_SLACK_SECONDS:
         return FlowWait(key=flow_key, reason="rate", until=float(wake), rate_key=rate_key)
     return FlowWait(key=flow_key, reason="turn")

@@ -159,7 +159,7 @@ WITH cand AS (
 ), picked AS (
     SELECT cand.id, row_number() OVER (
         ORDER BY least(9, cand.p + floor(greatest(0, extract(epoch FROM
-                     clock_timestamp() - cand.available_at)) / AGING)) DESC,
+                     clock_timestamp() - cand.available_at)::float8) / AGING)) DESC,
                  cand.p DESC, cand.available_at, cand.id) AS n
     FROM cand
     ORDER BY n
@@ -168,7 +168,9 @@ WITH cand AS (
     UPDATE {s}.messages m SET"""
     + _LEASE_SET
     + """
-    FROM picked WHERE m.id = picked.id
+    -- The array makes the rows' lookup a primary-key probe: joined on picked alone,
+    -- the planner's estimate of the batch can make it scan the queue's whole table.
+    FROM picked WHERE m.id = picked.id AND m.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING m.id, m.body, m.delivery_count, picked.n
 )
 SELECT id, body, delivery_count, n FROM plain
@@ -176,6 +178,9 @@ UNION ALL
 SELECT a.a_id, a.a_body, a.a_count, %(limit)s + a.a_n
 FROM {s}.flow_admit(%(queue)s, %(limit)s - (SELECT count(*) FROM plain)::int,
                     %(consumer)s, %(lease)s) AS a
+-- A one-time filter: on a queue without flows the function is never called.
+WHERE EXISTS (SELECT 1 FROM {s}.flow_keys k WHERE k.queue = %(queue)s)
+   OR EXISTS (SELECT 1 FROM {s}.flow_wakes w WHERE w.queue = %(queue)s)
 """
 ).replace("AGING", repr(PRIORITY_AGING_SECONDS))
 

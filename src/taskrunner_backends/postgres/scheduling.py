@@ -37,6 +37,7 @@ __all__ = [
     "check_seconds",
     "check_text",
     "parse_message_id",
+    "refuse_flow_options",
 ]
 
 #: The largest message id (``bigint``): larger digit strings are nobody's id.
@@ -413,6 +414,26 @@ def _request(request: AddRequest) -> _Request:
         request.flow,
         request.priority,
     )
+
+
+def refuse_flow_options(requests: Sequence[AddRequest], where: str) -> None:
+    """ValueError when a (checked) request has a flow or a priority: `where` takes neither.
+
+    The queue's own `PostgresScheduling.add_requests` honours both; the writers of
+    rows in a caller's transaction (`transactional`, `outbox`) do not, and refuse them
+    rather than add a message that would skip its flow or its priority.
+    """
+    for request in requests:
+        if request.flow is not None:
+            raise ValueError(
+                f"{where} takes no AddRequest.flow: capabilities.flow_control holds for"
+                " the queue's own add_requests only; nothing was written"
+            )
+        if request.priority != 0:
+            raise ValueError(
+                f"{where} takes no AddRequest.priority: capabilities.priorities holds for"
+                " the queue's own add_requests only; nothing was written"
+            )
 
 
 def check_text(name: str, value: str) -> str:
