@@ -24,6 +24,7 @@ from psycopg import sql
 
 from taskrunner.queue import AddRequest, Delivery, Flow
 from taskrunner_backends.postgres import PostgresQueue, migrate_from_url, open_from_url
+from taskrunner_backends.postgres.queue import PRIORITY_AGING_SECONDS
 from taskrunner_backends.postgres.schema import MIGRATIONS, migrate
 from taskrunner_backends.postgres.testing import age_lease, with_options
 
@@ -330,3 +331,62 @@ async def test_transactional_adds_refuse_flows_and_priorities_naming_the_capabil
                 with pytest.raises(ValueError, match=capability):
                     transactional.add_sync(conn, [request])
         assert await queue.len() == 0
+
+
+async def _backdate(queue: PostgresQueue, message_id: str, seconds: float) -> None:
+    """Make `message_id` look ready for `seconds` already (its ready time moved back)."""
+    await _query(
+        queue,
+        "UPDATE {s}.messages SET available_at = clock_timestamp() - %s * interval '1 second'"
+        " WHERE id = %s",
+        (seconds, int(message_id)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("ready_for", "first"),
+    [(6 * PRIORITY_AGING_SECONDS - 1.0, "fresh"), (6 * PRIORITY_AGING_SECONDS + 1.0, "old")],
+)
+async def test_a_priority_0_message_rises_one_level_per_aging_period_on_the_server_clock(
+    url: str, ready_for: float, first: str
+) -> None:
+    """Ready 6 agings less a second: ranked 5, it loses the tie to a fresh 5; plus one: wins."""
+    async with opened(url) as queue:
+        part = queue.scheduling
+        (old,) = [a.message_id for a in await part.add_requests([AddRequest(body=b"old")])]
+        await _backdate(queue, old, ready_for)
+        (fresh,) = [
+            a.message_id for a in await part.add_requests([AddRequest(body=b"new", priority=5)])
+        ]
+        got = await _receive(queue, n=1)
+        assert [d.message_id for d in got] == [old if first == "old" else fresh]
+        # In one batch too: the same ranking, then the other one.
+        assert await queue.release(got) == []
+        await _backdate(queue, old, ready_for)
+        await _backdate(queue, fresh, 0.0)
+        batch = await _receive(queue, n=5)
+        expected = [old, fresh] if first == "old" else [fresh, old]
+        assert [d.message_id for d in batch] == expected
+
+
+async def test_a_delayed_message_with_a_flow_starts_waiting_when_it_falls_due(url: str) -> None:
+    """Not admitted before its due time; a receive blocked on it wakes at that time."""
+    async with opened(url) as queue:
+        flow = Flow(key="k", concurrency=1)
+        request = AddRequest(body=b"late", flow=flow, delay_seconds=0.4)
+        (late,) = [a.message_id for a in await queue.scheduling.add_requests([request])]
+        [(due,)] = await _query(
+            queue,
+            "SELECT extract(epoch FROM available_at)::float8 FROM {s}.messages WHERE id = %s",
+            (int(late),),
+        )
+        got = await _receive(queue)
+        if await _db_now(queue) < due:
+            assert got == [], "a delayed message with a flow was admitted before its due time"
+            [state] = await queue.lookup.lookup([late])
+            assert state is not None
+            assert state.state == "delayed"
+        got = got or await queue.receive("c", max_messages=5, wait_seconds=3, lease_seconds=LEASE)
+        assert [d.message_id for d in got] == [late]
+        after = await _db_now(queue)
+        assert due - 0.05 <= after < due + 0.5

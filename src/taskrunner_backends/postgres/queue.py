@@ -15,6 +15,12 @@ and dead-letter retry notifies the queue in its own transaction, and the waiter 
 wakes at the next delayed message's due time and every `SAFETY_POLL_SECONDS` in case a
 notification was lost (the listener's connection dropped), so it never busy-polls.
 
+Priorities and flows (schema version 3): the plain part of a receive takes the oldest
+ready rows of each priority level (index ``messages_levels``) and ranks them with
+aging (`PRIORITY_AGING_SECONDS`), as `taskrunner.queue.Scheduling` says; the rest of
+the batch goes to ``flow_admit``, which admits waiting messages under their flows in
+the same statement (`flow_sql`). A queue without flows never calls it.
+
 Durations are measured on the server's clock (``clock_timestamp()``), never the
 client's: workers on machines with skewed clocks agree on every lease.
 

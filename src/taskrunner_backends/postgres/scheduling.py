@@ -8,6 +8,10 @@ with its row (ack, dead-letter, cancel and purge delete the row), so nothing els
 to free it; ``unique_until`` frees it earlier: a keyed add first clears the key of a
 row whose ``unique_until`` has passed, then inserts.
 
+A request with a priority or a flow is a row with ``priority`` or ``flow_*`` set (and
+``waiting`` for a flow, whose key's ``flow_keys`` row the same statement creates or
+makes due: see `flow_sql`); plain requests keep the plain insert, unchanged.
+
 Also the small argument checks shared by the other optional parts (`check_text`,
 `check_seconds`, `parse_message_id`).
 """

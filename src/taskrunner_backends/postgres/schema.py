@@ -24,6 +24,12 @@ Tables (version 1):
 * ``fires``: the last fired instant per periodic schedule.
 * ``results``: task results by message id, with their expiry.
 
+Version 3 adds flow control and priorities (see `flow_sql`): each message's
+``priority`` and its flow (``flow_*`` columns, ``waiting`` until admitted), kept on its
+dead letter for a retry; ``flow_keys`` (turn, due time, slot-blocked flag per key),
+``flow_rates`` (GCRA's ``tat`` per rate key), ``flow_wakes`` (slots freed since the
+last admission, written by triggers on ``messages``) and the function ``flow_admit``.
+
 Migrations are explicit and idempotent: `migrate` applies, in one transaction under an
 advisory lock (so workers starting together cannot race), the steps newer than the
 version recorded in ``schema_migrations``, and refuses a schema written by a newer
