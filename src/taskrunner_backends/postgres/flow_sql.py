@@ -7,10 +7,15 @@ fields in ``flow_*`` columns. Its key has a ``flow_keys`` row (created by the ad
   created (the add of its oldest waiting message) and at each admission; the lowest
   turn goes first (round-robin, least recently served first);
 * ``ready_at``: when the key may next admit (its head's due time, or the instant its
-  rate allows one); NULL never: a key without waiting messages is deleted;
+  rate allows one); a key without waiting messages is deleted;
 * ``slot_blocked``: its head's concurrency was found used up. It is cleared by the next
   admission after a slot frees: the triggers on ``messages`` record every freed slot
-  in ``flow_wakes`` (an insert, taking no lock on the key) and NOTIFY the queue.
+  in ``flow_wakes`` (an insert, taking no lock on the key) and NOTIFY the queue;
+* ``time_blocked``: it waits for ``ready_at`` (rate or due time); each admission first
+  puts back the keys whose time came (index ``flow_keys_by_time``).
+
+Only keys with neither flag are in the ring (index ``flow_keys_by_turn``), so blocked
+keys cost an admission nothing, like the memory and Redis backends' blocked sets.
 
 The slot is the admitted row itself: a row of the key with ``waiting`` false (leased,
 or lapsed and not yet reclaimed). Ack, dead-letter and purge delete it, release sets
@@ -75,10 +80,17 @@ BEGIN
     END LOOP;
     now_ts := clock_timestamp();
     now_s := extract(epoch FROM now_ts);
+    -- Keys whose time came rejoin the ring. A key locked elsewhere is left for the next
+    -- admission (its time stays in _NEXT_DUE, so a waiting receive comes back for it).
+    UPDATE {s}.flow_keys fk SET time_blocked = false
+    WHERE fk.ctid IN (
+        SELECT x.ctid FROM {s}.flow_keys x
+        WHERE x.queue = q AND x.time_blocked AND NOT x.slot_blocked AND x.ready_at <= now_ts
+        FOR UPDATE SKIP LOCKED
+    );
     WHILE got < need LOOP
         SELECT fk.key INTO k FROM {s}.flow_keys fk
-        WHERE fk.queue = q AND NOT fk.slot_blocked AND fk.ready_at IS NOT NULL
-          AND fk.ready_at <= now_ts
+        WHERE fk.queue = q AND NOT fk.slot_blocked AND NOT fk.time_blocked
         ORDER BY fk.turn
         LIMIT 1
         FOR UPDATE SKIP LOCKED;
@@ -98,7 +110,7 @@ BEGIN
             CONTINUE;
         END IF;
         IF h.available_at > now_ts THEN
-            UPDATE {s}.flow_keys fk SET ready_at = h.available_at
+            UPDATE {s}.flow_keys fk SET ready_at = h.available_at, time_blocked = true
             WHERE fk.queue = q AND fk.key = k.key;
             CONTINUE;
         END IF;
@@ -121,8 +133,8 @@ BEGIN
                 WHERE r.queue = q AND r.rate_key = h.rate_key FOR UPDATE;
             END IF;
             wake := tat_s - (h.flow_burst - 1) / h.flow_rate;
-            IF wake > now_s + 1e-6 THEN
-                UPDATE {s}.flow_keys fk SET ready_at = to_timestamp(wake)
+            IF wake > now_s + GCRA_SLACK THEN
+                UPDATE {s}.flow_keys fk SET ready_at = to_timestamp(wake), time_blocked = true
                 WHERE fk.queue = q AND fk.key = k.key;
                 CONTINUE;
             END IF;
@@ -145,4 +157,4 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END
-$fn$"""
+$fn$""".replace("GCRA_SLACK", repr(GCRA_SLACK_SECONDS))

@@ -26,7 +26,7 @@ Tables (version 1):
 
 Version 3 adds flow control and priorities (see `flow_sql`): each message's
 ``priority`` and its flow (``flow_*`` columns, ``waiting`` until admitted), kept on its
-dead letter for a retry; ``flow_keys`` (turn, due time, slot-blocked flag per key),
+dead letter for a retry; ``flow_keys`` (turn, due time, blocked flags per key),
 ``flow_rates`` (GCRA's ``tat`` per rate key), ``flow_wakes`` (slots freed since the
 last admission, written by triggers on ``messages``) and the function ``flow_admit``.
 
@@ -185,10 +185,16 @@ _V3 = (
         turn bigint NOT NULL,
         ready_at timestamptz,
         slot_blocked boolean NOT NULL DEFAULT false,
+        time_blocked boolean NOT NULL DEFAULT false,
         PRIMARY KEY (queue, key)
     )""",
+    # The ring: keys that may admit now, by turn. Blocked keys are out of it, so an
+    # admission never walks past them however many there are.
     "CREATE INDEX IF NOT EXISTS flow_keys_by_turn ON {s}.flow_keys (queue, turn)"
-    " WHERE NOT slot_blocked AND ready_at IS NOT NULL",
+    " WHERE NOT slot_blocked AND NOT time_blocked",
+    # Keys waiting for a time (their rate, or their head's due time), soonest first.
+    "CREATE INDEX IF NOT EXISTS flow_keys_by_time ON {s}.flow_keys (queue, ready_at)"
+    " WHERE time_blocked AND NOT slot_blocked",
     """CREATE TABLE IF NOT EXISTS {s}.flow_rates (
         queue text NOT NULL,
         rate_key text NOT NULL,
