@@ -699,12 +699,7 @@ class PostgresQueue(AdminOnSelf, WorkerRegistryOnSelf):
     async def _lease(
         self, query: Any, action: str, consumer: str, lease: float, limit: int
     ) -> list[Delivery]:
-        params = {
-            "queue": self._queue,
-            "consumer": consumer,
-            "lease": lease,
-            "limit": limit,
-        }
+        params = {"queue": self._queue, "consumer": consumer, "lease": lease, "limit": limit}
         # Binary results: the bodies arrive as they are instead of in hex, which cuts
         # the client's cost of a batch's rows by a third to a half.
         rows = await self._fetch(action, query, params, binary=True)

@@ -219,6 +219,10 @@ class PostgresScheduling:
       receive wakes.
     * cancel deletes only rows that are not leased, in one statement; a cancel
       racing a receive either removes the message or finds it delivered.
+    * A request with a flow waits (``waiting``) until a receive admits it; its key's
+      row is created or made due in the statement that adds it, so a committed
+      waiting message is always reachable by admission. Priorities 0-9 and flows
+      are honoured here only: transactional and outbox adds refuse them.
 
     Args:
         db: The backend's `Database`.
