@@ -241,10 +241,14 @@ async def test_gcra_on_the_server_clock_just_before_and_just_after_the_next_admi
         # The next allowed admission, as GCRA computes it (tat - (burst - 1) / rate),
         # 0.4 s ahead of the server's clock.
         ahead = 0.4
+        [(initial,)] = await _query(
+            queue, "SELECT tat FROM {s}.flow_rates WHERE rate_key = 'shared'"
+        )
+        assert initial == 0, "the add did not create its rate key's row, free to admit"
         await _query(
             queue,
-            "INSERT INTO {s}.flow_rates (queue, rate_key, tat)"
-            " VALUES ('jobs', 'shared', extract(epoch FROM clock_timestamp()) + 2 + %s)",
+            "UPDATE {s}.flow_rates SET tat = extract(epoch FROM clock_timestamp()) + 2 + %s"
+            " WHERE queue = 'jobs' AND rate_key = 'shared'",
             (ahead,),
         )
         [(tat,)] = await _query(queue, "SELECT tat FROM {s}.flow_rates WHERE rate_key = 'shared'")
@@ -419,3 +423,31 @@ async def test_a_unique_request_with_a_flow_waits_under_it_and_lookup_says_its_t
         assert (state.waiting.reason, state.waiting.holders) == ("slot", (first.message_id,))
         assert await queue.ack([held]) == []
         assert [d.message_id for d in await _receive(queue)] == [second.message_id]
+
+
+async def test_concurrent_receivers_share_one_rate_key_without_exceeding_it(url: str) -> None:
+    """4 keys on one rate key (5/s, burst 3), 6 handles racing: burst + rate x time at most."""
+    rate, burst = 5.0, 3
+    async with AsyncExitStack() as stack:
+        handles = [await stack.enter_async_context(opened(url)) for _ in range(6)]
+        for k in range(4):
+            flow = Flow(key=f"k{k}", rate=rate, burst=burst, rate_key="shared")
+            await _add(handles[0], [b"%d" % i for i in range(20)], flow)
+        start = await _db_now(handles[0])
+        admitted: list[Delivery] = []
+
+        async def receiver(queue: PostgresQueue, name: str) -> None:
+            while await _db_now(queue) < start + 1.2:
+                admitted.extend(
+                    await queue.receive(name, max_messages=4, wait_seconds=0.1, lease_seconds=LEASE)
+                )
+
+        await asyncio.wait_for(
+            asyncio.gather(*(receiver(h, f"r{i}") for i, h in enumerate(handles))), 30
+        )
+        elapsed = await _db_now(handles[0]) - start
+    bound = burst + rate * elapsed
+    assert len(admitted) <= bound + 1e-6, f"{len(admitted)} admitted in {elapsed:.2f}s (<= {bound})"
+    # A blocked receive wakes at each allowed instant: most of the allowance is used.
+    assert len(admitted) >= burst + rate * 1.2 * 0.5, f"only {len(admitted)} in {elapsed:.2f}s"
+    assert len({d.message_id for d in admitted}) == len(admitted)

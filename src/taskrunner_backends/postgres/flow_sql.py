@@ -27,9 +27,11 @@ Two receivers never admit from one key at once: `FLOW_ADMIT` takes a key with
 statement's transaction commits, and counts the held slots after taking it (each
 statement of a PL/pgSQL function reads a fresh snapshot under READ COMMITTED, so it sees
 the admissions committed by the previous holder of the lock). A rate key's ``tat`` row
-in ``flow_rates`` is locked the same way (waiting, not skipping: it is held for one
-admission). Key locks are only ever waited for in key order (adds and the unblocking
-of freed keys), and admissions skip locked keys, so no lock cycle can form.
+in ``flow_rates`` (created by the add, in rate key order) is taken the same way. An
+admission waits for no lock while it holds one: a key whose rate row another admission
+holds is passed over for this call, and so is a head row being deleted (cancel, purge)
+at that moment. Key locks are waited for only in key order (adds and the unblocking of
+freed keys), so no lock cycle can form with adds, acks, cancels or purges.
 
 Times are the server's: ``clock_timestamp()``, GCRA's ``tat`` in Unix seconds of it.
 """
@@ -56,6 +58,7 @@ DECLARE
     tat_s double precision;
     wake double precision;
     got integer := 0;
+    passed text[] := ARRAY[]::text[];
 BEGIN
     IF need <= 0 THEN
         RETURN;
@@ -91,6 +94,7 @@ BEGIN
     WHILE got < need LOOP
         SELECT fk.key INTO k FROM {s}.flow_keys fk
         WHERE fk.queue = q AND NOT fk.slot_blocked AND NOT fk.time_blocked
+          AND fk.key <> ALL(passed)
         ORDER BY fk.turn
         LIMIT 1
         FOR UPDATE SKIP LOCKED;
@@ -102,8 +106,14 @@ BEGIN
         WHERE m.queue = q AND m.flow_key = k.key AND m.waiting
         ORDER BY m.available_at, m.id
         LIMIT 1
-        FOR UPDATE;
+        -- Only a delete (cancel, purge) locks a waiting row: skipped, it is going away.
+        FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
+            IF EXISTS (SELECT 1 FROM {s}.messages m
+                       WHERE m.queue = q AND m.flow_key = k.key AND m.waiting) THEN
+                passed := passed || k.key;  -- its waiting rows are being deleted
+                CONTINUE;
+            END IF;
             -- No waiting message: the key is idle. Its slots are counted from the
             -- admitted rows, so nothing is lost; the next add creates it again.
             DELETE FROM {s}.flow_keys fk WHERE fk.queue = q AND fk.key = k.key;
@@ -125,12 +135,17 @@ BEGIN
         END IF;
         IF h.flow_rate IS NOT NULL THEN
             SELECT r.tat INTO tat_s FROM {s}.flow_rates r
-            WHERE r.queue = q AND r.rate_key = h.rate_key FOR UPDATE;
+            WHERE r.queue = q AND r.rate_key = h.rate_key FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
+                IF EXISTS (SELECT 1 FROM {s}.flow_rates r
+                           WHERE r.queue = q AND r.rate_key = h.rate_key) THEN
+                    passed := passed || k.key;  -- another admission holds the rate
+                    CONTINUE;
+                END IF;
+                -- The add creates it; gone only if a purge raced that add.
+                tat_s := 0;
                 INSERT INTO {s}.flow_rates (queue, rate_key, tat)
-                VALUES (q, h.rate_key, now_s) ON CONFLICT DO NOTHING;
-                SELECT r.tat INTO tat_s FROM {s}.flow_rates r
-                WHERE r.queue = q AND r.rate_key = h.rate_key FOR UPDATE;
+                VALUES (q, h.rate_key, 0) ON CONFLICT DO NOTHING;
             END IF;
             wake := tat_s - (h.flow_burst - 1) / h.flow_rate;
             IF wake > now_s + GCRA_SLACK THEN

@@ -83,6 +83,7 @@ from .results import PostgresResults
 from .scheduling import (
     KEYS_UPSERT,
     MAX_SECONDS,
+    RATES_INSERT,
     PostgresScheduling,
     check_seconds,
     check_text,
@@ -330,7 +331,8 @@ FROM {s}.dead_letters WHERE queue = %s ORDER BY id LIMIT %s
 """
 
 # A retried message keeps its priority and waits again under its flow (the flow's key
-# created or made due, in key order as every add does: `scheduling.KEYS_UPSERT`).
+# created or made due and its rate row created, in key order as every add does:
+# `scheduling.KEYS_UPSERT`, `scheduling.RATES_INSERT`).
 _RETRY_DEAD = (
     """
 WITH t AS (SELECT clock_timestamp() AS now), picked AS (
@@ -350,6 +352,12 @@ WITH t AS (SELECT clock_timestamp() AS now), picked AS (
     FROM t, picked p WHERE p.flow_key IS NOT NULL GROUP BY p.flow_key, t.now
 ), keys AS ("""
     + KEYS_UPSERT.replace("%(q)s", "%(queue)s")
+    + """
+), fresh_rates AS (
+    SELECT DISTINCT coalesce(p.flow_rate_key, p.flow_key) AS rk
+    FROM picked p WHERE p.flow_rate IS NOT NULL
+), rates AS ("""
+    + RATES_INSERT.replace("%(q)s", "%(queue)s")
     + """
 )
 SELECT (SELECT array_agg(id ORDER BY id) FROM added),

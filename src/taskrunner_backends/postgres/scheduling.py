@@ -89,6 +89,12 @@ KEYS_UPSERT = """INSERT INTO {s}.flow_keys (queue, key, turn, ready_at)
     ON CONFLICT (queue, key) DO UPDATE
     SET ready_at = least({s}.flow_keys.ready_at, EXCLUDED.ready_at)"""
 
+# The GCRA rows of the rate keys in ``fresh_rates`` (column ``rk``), created in rate key
+# order. A ``tat`` of 0 (1970) allows an admission at once, as no row at all would.
+RATES_INSERT = """INSERT INTO {s}.flow_rates (queue, rate_key, tat)
+    SELECT %(q)s, fr.rk, 0 FROM fresh_rates AS fr ORDER BY fr.rk
+    ON CONFLICT DO NOTHING"""
+
 # Requests with a flow or a priority (the plain statement above stays as it was: plain
 # adds pay nothing for the options).
 _OPTIONS_INSERT = (
@@ -113,6 +119,11 @@ WITH t AS (SELECT clock_timestamp() AS now), r AS MATERIALIZED (
     FROM r WHERE r.fkey IS NOT NULL GROUP BY r.fkey
 ), keys AS ("""
     + KEYS_UPSERT
+    + """
+), fresh_rates AS (
+    SELECT DISTINCT coalesce(r.rkey, r.fkey) AS rk FROM r WHERE r.rate IS NOT NULL
+), rates AS ("""
+    + RATES_INSERT
     + """
 )
 SELECT (SELECT array_agg(id ORDER BY id) FROM new), pg_notify(%(channel)s, %(q)s)
@@ -148,6 +159,12 @@ WITH t AS (SELECT clock_timestamp() AS now), ins AS (
     FROM ins WHERE %(fkey)s::text IS NOT NULL
 ), keys AS ("""
     + KEYS_UPSERT
+    + """
+), fresh_rates AS (
+    SELECT coalesce(%(rkey)s::text, %(fkey)s::text) AS rk
+    FROM ins WHERE %(rate)s::float8 IS NOT NULL
+), rates AS ("""
+    + RATES_INSERT
     + """
 )
 SELECT id, true FROM ins
