@@ -118,5 +118,7 @@ def test_receive_reads_the_priority_levels_by_index_and_leases_by_primary_key(
     plan = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
     used = set(_indexes(plan))
     assert {"messages_levels", "messages_pkey"} <= used, json.dumps(plan, indent=1)
+    # Reading a level through messages_ready would filter every ready row of the queue.
+    assert "messages_ready" not in used, json.dumps(plan, indent=1)
     seq = [scan for scan in _scans(plan) if scan == ("Seq Scan", "messages")]
     assert seq == [], json.dumps(plan, indent=1)
