@@ -54,6 +54,7 @@ from .scheduling import (
     _keyed_params,
     _Request,
     _request,
+    refuse_flow_options,
 )
 
 __all__ = [
@@ -207,7 +208,9 @@ class PostgresTransactionalAdd:
 
 
 def _checked(requests: Sequence[AddRequest]) -> list[_Request]:
-    return [_request(request) for request in check_requests(requests, nul=False)]
+    checked = check_requests(requests, nul=False, flow=True, priorities=True)
+    refuse_flow_options(checked, "a transactional add")
+    return [_request(request) for request in checked]
 
 
 def drive_sync(steps: Generator[_Step, _Rows, list[Added]], run: SyncRun) -> list[Added]:
