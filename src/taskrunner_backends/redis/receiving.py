@@ -27,10 +27,11 @@ rate-blocked key's time as to a due delayed message (a blocked read ends then). 
 the receive's own read left room, one more script (``lua/admit.lua``) leases the ready
 messages that arrived meanwhile and then admits waiting messages for the rest:
 round-robin over the admissible keys (least recently served first), FIFO within a
-key, each key's concurrency counted in ``f:held`` and its rate by GCRA on the
-server's clock; what it admits it leases to the receive in the same script. So a
-queue without flows pays one EXISTS per receive, and a message is admitted only by a
-receive that takes it. Scripts that make a key admissible (a new waiting message of
+key, each key's concurrency counted in ``f:h:<key>`` and its rate by GCRA on the
+server's clock. What it admits goes onto the stream, and the receive's next command,
+an XREADGROUP of as many, leases it (another receive may read some first; then this
+one admits again, `ADMIT_ROUNDS`). So a queue without flows pays one EXISTS per
+receive, and a message is admitted only by a receive that is about to read it. Scripts that make a key admissible (a new waiting message of
 an idle key, a slot freed by ack, dead letter or release, a cancel that changes a
 blocked key's head) ring the doorbell, which wakes one blocked receive.
 
