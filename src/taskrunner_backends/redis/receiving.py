@@ -31,9 +31,10 @@ key, each key's concurrency counted in ``f:h:<key>`` and its rate by GCRA on the
 server's clock. What it admits goes onto the stream, and the receive's next command,
 an XREADGROUP of as many, leases it (another receive may read some first; then this
 one admits again, `ADMIT_ROUNDS`). So a queue without flows pays one EXISTS per
-receive, and a message is admitted only by a receive that is about to read it. Scripts that make a key admissible (a new waiting message of
-an idle key, a slot freed by ack, dead letter or release, a cancel that changes a
-blocked key's head) ring the doorbell, which wakes one blocked receive.
+receive, and a message is admitted only by a receive that is about to read it.
+Scripts that make a key admissible (a new waiting message of an idle key, a slot freed
+by ack, dead letter or release, a cancel that changes a blocked key's head) ring the
+doorbell, which wakes one blocked receive.
 
 Priorities (`AddRequest.priority`). Each priority above 0 has its own stream and group
 (``stream:<p>``, see `keys`); priority 0 is the queue's stream, so a queue that never
