@@ -407,8 +407,8 @@ class App:
             fairness_key: Keys that take turns (round-robin) when they have waiting
                 messages, so one key's backlog delays no other key. Limited tasks
                 need a backend that claims ``flow_control`` (memory, Redis, Redis
-                Cluster, PostgreSQL); a key function runs at dispatch, and its key is
-                prefixed by the task name. See docs/flow-control.md.
+                Cluster); a key function runs at dispatch, and its key is prefixed by
+                the task name. See docs/flow-control.md.
             priority: Default priority of its dispatches: 0 (the default, lowest) to 9;
                 a receive leases higher priorities first (docs/flow-control.md). A
                 dispatch's own ``priority=`` wins. Not with the flow options above.

@@ -88,37 +88,3 @@ def test_fenced_statements_use_the_primary_key_not_the_leased_index(
     used = set(_indexes(plan))
     assert "messages_leased" not in used, json.dumps(plan, indent=1)
     assert "messages_pkey" in used, json.dumps(plan, indent=1)
-
-
-def _scans(plan: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(node type, relation) of every scan of the plan."""
-    if "Relation Name" in plan:
-        yield plan["Node Type"], plan["Relation Name"]
-    for child in plan.get("Plans", []):
-        yield from _scans(child)
-
-
-@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
-def test_receive_reads_the_priority_levels_by_index_and_leases_by_primary_key(
-    schema: Migrated,
-    skewed: tuple[psycopg.Connection[Any], list[tuple[Any, ...]]],
-    mode: str,
-) -> None:
-    """20,000 ready rows: each level is an index range, the leased rows are pkey probes."""
-    conn, _ = skewed
-    query = sql.SQL("EXPLAIN (FORMAT JSON) " + pg_queue._RECEIVE).format(
-        s=sql.Identifier(schema.name)
-    )
-    conn.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Identifier(mode)))
-    params = {"queue": QUEUE, "consumer": "c", "lease": 60.0, "limit": 100}
-    rows: list[tuple[Any, ...]] = []
-    for _ in range(6):
-        rows = conn.execute(query, params, prepare=True).fetchall()
-    document = rows[0][0]
-    plan = (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
-    used = set(_indexes(plan))
-    assert {"messages_levels", "messages_pkey"} <= used, json.dumps(plan, indent=1)
-    # Reading a level through messages_ready would filter every ready row of the queue.
-    assert "messages_ready" not in used, json.dumps(plan, indent=1)
-    seq = [scan for scan in _scans(plan) if scan == ("Seq Scan", "messages")]
-    assert seq == [], json.dumps(plan, indent=1)

@@ -1,9 +1,7 @@
 """`PostgresLookup`: the state of messages by id, from the rows the backend keeps (internal).
 
 A message id is its ``messages.id``: the row says ready, delayed or running (leased),
-on the server's clock; a ready message that waits for admission under its flow says why
-(`FlowWait`: its key's slots and their holders, its rate key's next time, or its turn).
-A dead-lettered message is a ``dead_letters`` row found by its
+on the server's clock. A dead-lettered message is a ``dead_letters`` row found by its
 ``original_id`` (index ``dead_letters_by_original``). Acked, cancelled, purged and
 retried messages have no row under their id, so no state.
 """
@@ -13,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from taskrunner.queue import FlowWait, MessageState
+from taskrunner.queue import MessageState
 from taskrunner_backends.checks import check_lookup_ids
 
 from .db import Database
-from .flow_sql import GCRA_SLACK_SECONDS
 from .scheduling import parse_message_id
 
 __all__ = ["PostgresLookup"]
@@ -27,8 +24,7 @@ __all__ = ["PostgresLookup"]
 # retry kept the dead row; the newest is the current one).
 _LOOKUP = """
 SELECT DISTINCT ON (x.id) x.id, x.state, x.delivery_count, x.body, x.added_at, x.due_at,
-       x.consumer, x.idle_seconds, x.reason, x.dead_at, x.flow_key, x.concurrency, x.holders,
-       x.wake, x.rate_key, x.now_s
+       x.consumer, x.idle_seconds, x.reason, x.dead_at
 FROM (
     SELECT m.id, 0 AS rank, 0::bigint AS seq,
            CASE WHEN m.owner IS NOT NULL THEN 'running'
@@ -40,26 +36,13 @@ FROM (
            m.owner AS consumer,
            greatest(0, extract(epoch FROM (clock_timestamp() - m.leased_at)))::float8
                AS idle_seconds,
-           NULL::bytea AS reason, NULL::float8 AS dead_at,
-           CASE WHEN m.waiting AND m.available_at <= clock_timestamp() THEN m.flow_key END
-               AS flow_key,
-           m.flow_concurrency AS concurrency,
-           CASE WHEN m.waiting AND m.flow_concurrency IS NOT NULL THEN (
-               SELECT array_agg(h.id ORDER BY h.id) FROM {s}.messages h
-               WHERE h.queue = m.queue AND h.flow_key = m.flow_key AND NOT h.waiting
-           ) END AS holders,
-           CASE WHEN m.waiting AND m.flow_rate IS NOT NULL THEN (
-               SELECT r.tat - (m.flow_burst - 1) / m.flow_rate FROM {s}.flow_rates r
-               WHERE r.queue = m.queue AND r.rate_key = coalesce(m.flow_rate_key, m.flow_key)
-           ) END AS wake,
-           coalesce(m.flow_rate_key, m.flow_key) AS rate_key,
-           extract(epoch FROM clock_timestamp())::float8 AS now_s
+           NULL::bytea AS reason, NULL::float8 AS dead_at
     FROM {s}.messages m
     WHERE m.queue = %(q)s AND m.id = ANY(%(ids)s::bigint[])
     UNION ALL
     SELECT d.original_id, 1, d.id, 'dead', d.delivery_count, d.body,
            extract(epoch FROM d.added_at)::float8, NULL, NULL, NULL, d.reason,
-           extract(epoch FROM d.dead_at)::float8, NULL, NULL, NULL, NULL, NULL, NULL
+           extract(epoch FROM d.dead_at)::float8
     FROM {s}.dead_letters d
     WHERE d.queue = %(q)s AND d.original_id = ANY(%(ids)s::bigint[])
 ) AS x
@@ -110,25 +93,8 @@ class PostgresLookup:
         return [None if i is None else states.get(i) for i in ids]
 
 
-def _wait(
-    flow_key: str,
-    concurrency: int | None,
-    holders: Sequence[int] | None,
-    wake: float | None,
-    rate_key: str | None,
-    now: float,
-) -> FlowWait:
-    """Why a waiting message is not admitted yet, judged as `flow_admit` would now."""
-    if concurrency is not None and len(holders or ()) >= concurrency:
-        return FlowWait(key=flow_key, reason="slot", holders=tuple(str(i) for i in holders or ()))
-    if wake is not None and wake > now + GCRA_SLACK_SECONDS:
-        return FlowWait(key=flow_key, reason="rate", until=float(wake), rate_key=rate_key)
-    return FlowWait(key=flow_key, reason="turn")
-
-
 def _state(row: Sequence[Any]) -> MessageState:
-    message_id, state, count, body, added_at, due_at, consumer, idle, reason, dead_at = row[:10]
-    flow_key, concurrency, holders, wake, rate_key, now = row[10:]
+    message_id, state, count, body, added_at, due_at, consumer, idle, reason, dead_at = row
     common: dict[str, Any] = {
         "message_id": str(message_id),
         "delivery_count": int(count),
@@ -152,7 +118,4 @@ def _state(row: Sequence[Any]) -> MessageState:
             dead_at=float(dead_at),
             **common,
         )
-    if flow_key is not None:
-        waiting = _wait(flow_key, concurrency, holders, wake, rate_key, float(now))
-        return MessageState(state="ready", waiting=waiting, **common)
     return MessageState(state="ready", **common)

@@ -37,7 +37,7 @@ from taskrunner.redaction import mask_secrets
 from taskrunner_backends.checks import check_requests
 
 from .errors import translate_errors
-from .scheduling import MAX_SECONDS, _request, refuse_flow_options
+from .scheduling import MAX_SECONDS, _request
 from .transactional import TransactionError, async_runner, drive_async, drive_sync, sync_runner
 from .url import parse_url
 
@@ -196,9 +196,7 @@ class OutboxWriter:
 
 
 def _columns(requests: Sequence[AddRequest]) -> tuple[list[Any], ...]:
-    requests = check_requests(requests, nul=False, flow=True, priorities=True)
-    refuse_flow_options(requests, "the outbox")
-    checked = [(r, _request(r)) for r in requests]
+    checked = [(r, _request(r)) for r in check_requests(requests, nul=False)]
     return (
         [item.body for _, item in checked],
         [item.delay for _, item in checked],

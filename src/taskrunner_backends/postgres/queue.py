@@ -15,12 +15,6 @@ and dead-letter retry notifies the queue in its own transaction, and the waiter 
 wakes at the next delayed message's due time and every `SAFETY_POLL_SECONDS` in case a
 notification was lost (the listener's connection dropped), so it never busy-polls.
 
-Priorities and flows (schema version 3): the plain part of a receive takes the oldest
-ready rows of each priority level (index ``messages_levels``) and ranks them with
-aging (`PRIORITY_AGING_SECONDS`), as `taskrunner.queue.Scheduling` says; the rest of
-the batch goes to ``flow_admit``, which admits waiting messages under their flows in
-the same statement (`flow_sql`). A queue without flows never calls it.
-
 Durations are measured on the server's clock (``clock_timestamp()``), never the
 client's: workers on machines with skewed clocks agree on every lease.
 
@@ -81,9 +75,7 @@ from .lookup import PostgresLookup
 from .opening import migrate_from_url, open_database, prepare_schema
 from .results import PostgresResults
 from .scheduling import (
-    KEYS_UPSERT,
     MAX_SECONDS,
-    RATES_INSERT,
     PostgresScheduling,
     check_seconds,
     check_text,
@@ -103,9 +95,6 @@ SAFETY_POLL_SECONDS = 1.0
 DISCONNECTED_POLL_SECONDS = 0.25
 # When ready rows exist but are locked by someone else's transaction.
 _LOCKED_POLL_SECONDS = 0.05
-
-#: The oldest ready message of a level rises one level per this many seconds ready.
-PRIORITY_AGING_SECONDS = 60.0
 
 _MAX_INT4 = 2**31 - 1
 _MAX_INT8 = 2**63 - 1
@@ -130,9 +119,6 @@ _BASE = Capabilities(
     result_notify=True,
     lookup=True,
     browse=True,
-    flow_control=True,
-    priorities=True,
-    priority_aging_seconds=PRIORITY_AGING_SECONDS,
 )
 _NOT_DURABLE = msgspec.structs.replace(_BASE, durable_enqueue=False)
 
@@ -144,52 +130,22 @@ _LEASE_SET = """
     expires_at = clock_timestamp() + %(lease)s * interval '1 second'
 """
 
-# The ready rows without a flow: the oldest `limit` of each priority level (one range of
-# messages_levels each, top level first), ranked as `Scheduling` says: a level's k-th
-# row, once the rows before it are taken, is its head, ranked by its own ready time; the
-# ranks of one level fall as k grows, so taking heads one at a time is this one sort.
-# Then flow_admit admits waiting messages for the rest of the batch (its rows come
-# after, in admission order). The last column orders the batch.
 _RECEIVE = (
     """
-WITH cand AS (
-    SELECT c.id, c.available_at, l.p
-    FROM generate_series(9, 0, -1) AS l(p)
-    CROSS JOIN LATERAL (
-        SELECT id, available_at FROM {s}.messages
-        WHERE queue = %(queue)s AND priority = l.p AND owner IS NULL AND NOT waiting
-          AND available_at <= clock_timestamp()
-        ORDER BY available_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-), picked AS (
-    SELECT cand.id, row_number() OVER (
-        ORDER BY least(9, cand.p + floor(greatest(0, extract(epoch FROM
-                     clock_timestamp() - cand.available_at)::float8) / AGING)) DESC,
-                 cand.p DESC, cand.available_at, cand.id) AS n
-    FROM cand
-    ORDER BY n
+WITH picked AS (
+    SELECT id FROM {s}.messages
+    WHERE queue = %(queue)s AND owner IS NULL AND available_at <= clock_timestamp()
+    ORDER BY available_at, id
     LIMIT %(limit)s
-), plain AS (
-    UPDATE {s}.messages m SET"""
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {s}.messages m SET"""
     + _LEASE_SET
     + """
-    -- The array makes the rows' lookup a primary-key probe: joined on picked alone,
-    -- the planner's estimate of the batch can make it scan the queue's whole table.
-    FROM picked WHERE m.id = picked.id AND m.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING m.id, m.body, m.delivery_count, picked.n
-)
-SELECT id, body, delivery_count, n FROM plain
-UNION ALL
-SELECT a.a_id, a.a_body, a.a_count, %(limit)s + a.a_n
-FROM {s}.flow_admit(%(queue)s, %(limit)s - (SELECT count(*) FROM plain)::int,
-                    %(consumer)s, %(lease)s) AS a
--- A one-time filter: on a queue without flows the function is never called.
-WHERE EXISTS (SELECT 1 FROM {s}.flow_keys k WHERE k.queue = %(queue)s)
-   OR EXISTS (SELECT 1 FROM {s}.flow_wakes w WHERE w.queue = %(queue)s)
+FROM picked WHERE m.id = picked.id
+RETURNING m.id, m.body, m.delivery_count, m.available_at
 """
-).replace("AGING", repr(PRIORITY_AGING_SECONDS))
+)
 
 _RECLAIM = (
     """
@@ -208,17 +164,11 @@ RETURNING m.id, m.body, m.delivery_count, m.expires_at
 """
 )
 
-# Seconds until the next not-leased row without a flow is due, or a flow key may admit
-# (<= 0: ready rows exist, locked by someone else's transaction); NULL when there is
-# none. A slot-blocked key has no time: the trigger that frees its slot notifies.
+# Seconds until the next not-leased row is due (<= 0: ready rows exist, locked by
+# someone else's transaction); NULL when there is none.
 _NEXT_DUE = """
-SELECT extract(epoch FROM least(
-    (SELECT min(available_at) FROM {s}.messages
-     WHERE queue = %(queue)s AND owner IS NULL AND NOT waiting),
-    (SELECT min(ready_at) FROM {s}.flow_keys
-     WHERE queue = %(queue)s AND NOT slot_blocked AND ready_at IS NOT NULL),
-    (SELECT min(at) FROM {s}.flow_wakes WHERE queue = %(queue)s)
-) - clock_timestamp())::float8
+SELECT extract(epoch FROM min(available_at) - clock_timestamp())::float8
+FROM {s}.messages WHERE queue = %s AND owner IS NULL
 """
 
 # The owner test is IS NOT DISTINCT FROM (with d.owner never NULL) rather than `=`
@@ -257,8 +207,7 @@ _RELEASE = (
     """
 WITH released AS (
     UPDATE {s}.messages m SET owner = NULL, leased_at = NULL, lease_seconds = NULL,
-        expires_at = NULL, available_at = clock_timestamp() + %(delay)s * interval '1 second',
-        waiting = m.flow_key IS NOT NULL"""
+        expires_at = NULL, available_at = clock_timestamp() + %(delay)s * interval '1 second'"""
     + _FENCE
     + """RETURNING m.id, d.owner, d.dc
 )
@@ -283,15 +232,10 @@ WITH d AS (
     + _OWNER_MATCHES
     + """
       AND m.delivery_count = d.dc
-    RETURNING m.id, d.owner, d.dc, d.n, m.body, m.added_at, m.priority, m.flow_key,
-              m.flow_concurrency, m.flow_rate, m.flow_burst, m.flow_rate_key
+    RETURNING m.id, d.owner, d.dc, d.n, m.body, m.added_at
 ), buried AS (
-    INSERT INTO {s}.dead_letters (queue, original_id, body, reason, delivery_count, added_at,
-                                  priority, flow_key, flow_concurrency, flow_rate,
-                                  flow_burst, flow_rate_key)
-    SELECT %(queue)s, gone.id, gone.body, %(reason)s, gone.dc, gone.added_at, gone.priority,
-           gone.flow_key, gone.flow_concurrency, gone.flow_rate, gone.flow_burst,
-           gone.flow_rate_key
+    INSERT INTO {s}.dead_letters (queue, original_id, body, reason, delivery_count, added_at)
+    SELECT %(queue)s, gone.id, gone.body, %(reason)s, gone.dc, gone.added_at
     FROM gone ORDER BY gone.n
 )
 SELECT id, owner, dc FROM gone
@@ -330,54 +274,26 @@ SELECT id, original_id, body, reason, delivery_count, extract(epoch FROM dead_at
 FROM {s}.dead_letters WHERE queue = %s ORDER BY id LIMIT %s
 """
 
-# A retried message keeps its priority and waits again under its flow (the flow's key
-# created or made due and its rate row created, in key order as every add does:
-# `scheduling.KEYS_UPSERT`, `scheduling.RATES_INSERT`).
-_RETRY_DEAD = (
-    """
-WITH t AS (SELECT clock_timestamp() AS now), picked AS (
+_RETRY_DEAD = """
+WITH picked AS (
     DELETE FROM {s}.dead_letters
     WHERE queue = %(queue)s AND (%(all)s OR id = ANY(%(ids)s::bigint[]))
-    RETURNING id, body, priority, flow_key, flow_concurrency, flow_rate, flow_burst,
-              flow_rate_key
+    RETURNING id, body
 ), added AS (
-    INSERT INTO {s}.messages (queue, body, added_at, available_at, priority, waiting,
-                              flow_key, flow_concurrency, flow_rate, flow_burst, flow_rate_key)
-    SELECT %(queue)s, p.body, t.now, t.now, p.priority, p.flow_key IS NOT NULL, p.flow_key,
-           p.flow_concurrency, p.flow_rate, p.flow_burst, p.flow_rate_key
-    FROM t, picked p ORDER BY p.id
+    INSERT INTO {s}.messages (queue, body)
+    SELECT %(queue)s, picked.body FROM picked ORDER BY picked.id
     RETURNING id
-), fresh AS (
-    SELECT p.flow_key AS fkey, t.now AS ready, min(p.id) AS first
-    FROM t, picked p WHERE p.flow_key IS NOT NULL GROUP BY p.flow_key, t.now
-), keys AS ("""
-    + KEYS_UPSERT.replace("%(q)s", "%(queue)s")
-    + """
-), fresh_rates AS (
-    SELECT DISTINCT coalesce(p.flow_rate_key, p.flow_key) AS rk
-    FROM picked p WHERE p.flow_rate IS NOT NULL
-), rates AS ("""
-    + RATES_INSERT.replace("%(q)s", "%(queue)s")
-    + """
 )
 SELECT (SELECT array_agg(id ORDER BY id) FROM added),
        CASE WHEN EXISTS (SELECT 1 FROM added) THEN pg_notify(%(channel)s, %(queue)s) END
 """
-)
 
 _PURGE_DEAD = """
 DELETE FROM {s}.dead_letters
 WHERE queue = %(queue)s AND (%(all)s OR id = ANY(%(ids)s::bigint[]))
 """
 
-# The key, rate and wake rows go with the messages (the triggers' wakes for the purged
-# rows may outlive them: a wake of a key with no row changes nothing).
-_PURGE = """
-WITH keys AS (DELETE FROM {s}.flow_keys WHERE queue = %(queue)s),
-     rates AS (DELETE FROM {s}.flow_rates WHERE queue = %(queue)s),
-     wakes AS (DELETE FROM {s}.flow_wakes WHERE queue = %(queue)s)
-DELETE FROM {s}.messages WHERE queue = %(queue)s
-"""
+_PURGE = "DELETE FROM {s}.messages WHERE queue = %s"
 
 _DELETE_QUEUE = (
     "DELETE FROM {s}.messages WHERE queue = %s",
@@ -386,9 +302,6 @@ _DELETE_QUEUE = (
     "DELETE FROM {s}.leaders WHERE queue = %s",
     "DELETE FROM {s}.fires WHERE queue = %s",
     "DELETE FROM {s}.results WHERE queue = %s",
-    "DELETE FROM {s}.flow_keys WHERE queue = %s",
-    "DELETE FROM {s}.flow_rates WHERE queue = %s",
-    "DELETE FROM {s}.flow_wakes WHERE queue = %s",
 )
 
 _PUBLISH_WORKER = """
@@ -676,7 +589,7 @@ class PostgresQueue(AdminOnSelf, WorkerRegistryOnSelf):
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 return []
-            rows = await self._fetch("receive", self._next_due_sql, {"queue": self._queue})
+            rows = await self._fetch("receive", self._next_due_sql, (self._queue,))
             due = rows[0][0] if rows else None
             poll = SAFETY_POLL_SECONDS if self._listener.connected else DISCONNECTED_POLL_SECONDS
             pause = min(remaining, poll)
@@ -861,7 +774,7 @@ class PostgresQueue(AdminOnSelf, WorkerRegistryOnSelf):
     async def purge(self) -> int:
         """Delete every ready, delayed and in-flight message; returns how many."""
         self._check_open()
-        return await self._db.execute("purge", self._db.sql(_PURGE), {"queue": self._queue})
+        return await self._db.execute("purge", self._db.sql(_PURGE), (self._queue,))
 
     async def delete_queue(self) -> None:
         """Delete the queue's rows in every table, in one transaction; idempotent."""

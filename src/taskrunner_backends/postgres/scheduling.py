@@ -8,10 +8,6 @@ with its row (ack, dead-letter, cancel and purge delete the row), so nothing els
 to free it; ``unique_until`` frees it earlier: a keyed add first clears the key of a
 row whose ``unique_until`` has passed, then inserts.
 
-A request with a priority or a flow is a row with ``priority`` or ``flow_*`` set (and
-``waiting`` for a flow, whose key's ``flow_keys`` row the same statement creates or
-makes due: see `flow_sql`); plain requests keep the plain insert, unchanged.
-
 Also the small argument checks shared by the other optional parts (`check_text`,
 `check_seconds`, `parse_message_id`).
 """
@@ -22,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from taskrunner.errors import BackendError
-from taskrunner.queue import Added, AddRequest, Flow
+from taskrunner.queue import Added, AddRequest
 from taskrunner_backends.checks import (
     check_ids,
     check_request,
@@ -41,7 +37,6 @@ __all__ = [
     "check_seconds",
     "check_text",
     "parse_message_id",
-    "refuse_flow_options",
 ]
 
 #: The largest message id (``bigint``): larger digit strings are nobody's id.
@@ -76,60 +71,6 @@ WITH t AS (SELECT clock_timestamp() AS now), new AS (
 SELECT (SELECT array_agg(id ORDER BY id) FROM new), pg_notify(%s, %s)
 """
 
-# The flow keys of newly waiting messages, created or made due, in key order: adds
-# wait for a key's lock only in that order, so two batches cannot deadlock on them (see
-# `flow_sql`). A new key's turn is drawn in the order of its first message in the batch.
-# ``fresh`` lists (key, due time, position of its first message in the batch).
-KEYS_UPSERT = """INSERT INTO {s}.flow_keys (queue, key, turn, ready_at)
-    SELECT %(q)s, nk.fkey, nk.turn, nk.ready FROM (
-        SELECT f.fkey, f.ready, nextval('{s}.flow_turns') AS turn
-        FROM (SELECT * FROM fresh ORDER BY fresh.first) AS f
-    ) AS nk
-    ORDER BY nk.fkey
-    ON CONFLICT (queue, key) DO UPDATE
-    SET ready_at = least({s}.flow_keys.ready_at, EXCLUDED.ready_at)"""
-
-# The GCRA rows of the rate keys in ``fresh_rates`` (column ``rk``), created in rate key
-# order. A ``tat`` of 0 (1970) allows an admission at once, as no row at all would.
-RATES_INSERT = """INSERT INTO {s}.flow_rates (queue, rate_key, tat)
-    SELECT %(q)s, fr.rk, 0 FROM fresh_rates AS fr ORDER BY fr.rk
-    ON CONFLICT DO NOTHING"""
-
-# Requests with a flow or a priority (the plain statement above stays as it was: plain
-# adds pay nothing for the options).
-_OPTIONS_INSERT = (
-    """
-WITH t AS (SELECT clock_timestamp() AS now), r AS MATERIALIZED (
-    SELECT r.n, r.body, r.prio, r.fkey, r.conc, r.rate, r.burst, r.rkey, t.now,
-           CASE WHEN r.due IS NOT NULL THEN greatest(to_timestamp(r.due), t.now)
-                ELSE t.now + r.delay * interval '1 second' END AS avail
-    FROM t, unnest(%(bodies)s::bytea[], %(delays)s::float8[], %(dues)s::float8[],
-                   %(prios)s::int[], %(keys)s::text[], %(concs)s::int[], %(rates)s::float8[],
-                   %(bursts)s::int[], %(rkeys)s::text[])
-         WITH ORDINALITY AS r(body, delay, due, prio, fkey, conc, rate, burst, rkey, n)
-), new AS (
-    INSERT INTO {s}.messages (queue, body, added_at, available_at, priority, waiting,
-                              flow_key, flow_concurrency, flow_rate, flow_burst, flow_rate_key)
-    SELECT %(q)s, r.body, r.now, r.avail, r.prio, r.fkey IS NOT NULL,
-           r.fkey, r.conc, r.rate, r.burst, r.rkey
-    FROM r ORDER BY r.n
-    RETURNING id
-), fresh AS (
-    SELECT r.fkey, min(r.avail) AS ready, min(r.n) AS first
-    FROM r WHERE r.fkey IS NOT NULL GROUP BY r.fkey
-), keys AS ("""
-    + KEYS_UPSERT
-    + """
-), fresh_rates AS (
-    SELECT DISTINCT coalesce(r.rkey, r.fkey) AS rk FROM r WHERE r.rate IS NOT NULL
-), rates AS ("""
-    + RATES_INSERT
-    + """
-)
-SELECT (SELECT array_agg(id ORDER BY id) FROM new), pg_notify(%(channel)s, %(q)s)
-"""
-)
-
 _FREE_KEY = """
 UPDATE {s}.messages SET unique_key = NULL, unique_until = NULL
 WHERE queue = %s AND unique_key = %s AND unique_until <= clock_timestamp()
@@ -137,42 +78,24 @@ WHERE queue = %s AND unique_key = %s AND unique_until <= clock_timestamp()
 
 # The fallback SELECT reads the statement's snapshot, which includes the earlier
 # statements of this transaction (a holder added earlier in the batch).
-_KEYED_INSERT = (
-    """
+_KEYED_INSERT = """
 WITH t AS (SELECT clock_timestamp() AS now), ins AS (
-    INSERT INTO {s}.messages (queue, body, added_at, available_at, unique_key, unique_until,
-                              priority, waiting, flow_key, flow_concurrency, flow_rate,
-                              flow_burst, flow_rate_key)
+    INSERT INTO {s}.messages (queue, body, added_at, available_at, unique_key, unique_until)
     SELECT %(q)s, %(body)s, t.now,
            CASE WHEN %(due)s::float8 IS NOT NULL
                 THEN greatest(to_timestamp(%(due)s::float8), t.now)
                 ELSE t.now + %(delay)s::float8 * interval '1 second' END,
            %(key)s,
-           t.now + %(hold)s::float8 * interval '1 second',
-           %(prio)s, %(fkey)s::text IS NOT NULL, %(fkey)s, %(conc)s, %(rate)s, %(burst)s,
-           %(rkey)s
+           t.now + %(hold)s::float8 * interval '1 second'
     FROM t
     ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING id, available_at
-), fresh AS (
-    SELECT %(fkey)s::text AS fkey, ins.available_at AS ready, 1 AS first
-    FROM ins WHERE %(fkey)s::text IS NOT NULL
-), keys AS ("""
-    + KEYS_UPSERT
-    + """
-), fresh_rates AS (
-    SELECT coalesce(%(rkey)s::text, %(fkey)s::text) AS rk
-    FROM ins WHERE %(rate)s::float8 IS NOT NULL
-), rates AS ("""
-    + RATES_INSERT
-    + """
+    RETURNING id
 )
 SELECT id, true FROM ins
 UNION ALL
 SELECT id, false FROM {s}.messages
 WHERE queue = %(q)s AND unique_key = %(key)s AND NOT EXISTS (SELECT 1 FROM ins)
 """
-)
 
 # Advisory locks on the batch's keys, taken in one order: two batches naming the same
 # keys in different orders would otherwise deadlock on each other's uncommitted
@@ -194,30 +117,16 @@ RETURNING id
 class _Request:
     """One checked request, as the statements take it."""
 
-    __slots__ = ("body", "delay", "due", "flow", "hold", "key", "priority")
+    __slots__ = ("body", "delay", "due", "hold", "key")
 
     def __init__(
-        self,
-        body: bytes,
-        delay: float,
-        due: float | None,
-        key: str | None,
-        hold: float | None,
-        flow: Flow | None = None,
-        priority: int = 0,
+        self, body: bytes, delay: float, due: float | None, key: str | None, hold: float | None
     ) -> None:
         self.body = body
         self.delay = delay
         self.due = due
         self.key = key
         self.hold = hold
-        self.flow = flow
-        self.priority = priority
-
-    @property
-    def plain(self) -> bool:
-        """Whether the plain insert takes it: no flow, priority 0."""
-        return self.flow is None and self.priority == 0
 
 
 class PostgresScheduling:
@@ -236,10 +145,6 @@ class PostgresScheduling:
       receive wakes.
     * cancel deletes only rows that are not leased, in one statement; a cancel
       racing a receive either removes the message or finds it delivered.
-    * A request with a flow waits (``waiting``) until a receive admits it; its key's
-      row is created or made due in the statement that adds it, so a committed
-      waiting message is always reachable by admission. Priorities 0-9 and flows
-      are honoured here only: transactional and outbox adds refuse them.
 
     Args:
         db: The backend's `Database`.
@@ -253,7 +158,6 @@ class PostgresScheduling:
         self._check_open = check_open
         self._channel = notify_channel(db.schema)
         self._plain = db.sql(_PLAIN_INSERT)
-        self._options = db.sql(_OPTIONS_INSERT)
         self._free = db.sql(_FREE_KEY)
         self._keyed = db.sql(_KEYED_INSERT)
         self._cancel = db.sql(_CANCEL)
@@ -270,10 +174,7 @@ class PostgresScheduling:
                 statement), unless the connection broke during the commit.
         """
         self._check_open()
-        checked = [
-            _request(request)
-            for request in check_requests(requests, nul=False, flow=True, priorities=True)
-        ]
+        checked = [_request(request) for request in check_requests(requests, nul=False)]
         if not checked:
             return []
         if all(item.key is None for item in checked):
@@ -281,15 +182,12 @@ class PostgresScheduling:
         return await self._add_keyed(checked)
 
     async def _add_plain(self, items: Sequence[_Request]) -> list[str]:
-        query, params = self._insert(items)
-        rows = await self._db.fetch("add requests", query, params)
+        rows = await self._db.fetch(
+            "add requests",
+            self._plain,
+            (self._queue, *_columns(items), self._channel, self._queue),
+        )
         return _ids(rows[0][0] if rows else None, len(items))
-
-    def _insert(self, items: Sequence[_Request]) -> tuple[Any, Any]:
-        """The statement adding `items` (none with a unique key), and its parameters."""
-        if all(item.plain for item in items):
-            return self._plain, (self._queue, *_columns(items), self._channel, self._queue)
-        return self._options, _option_params(self._queue, self._channel, items)
 
     async def _add_keyed(self, items: Sequence[_Request]) -> list[Added]:
         results: list[Added | None] = [None] * len(items)
@@ -327,7 +225,10 @@ class PostgresScheduling:
                 while end < len(indexes) and items[indexes[end]].key is None:
                     end += 1
                 run = list(indexes[start:end])
-                cursor = await conn.execute(*self._insert([items[i] for i in run]))
+                cursor = await conn.execute(
+                    self._plain,
+                    (self._queue, *_columns([items[i] for i in run]), self._channel, self._queue),
+                )
                 cursors.append((run, cursor, False))
                 start = end
                 continue
@@ -378,7 +279,6 @@ class PostgresScheduling:
 
 def _keyed_params(queue: str, item: _Request) -> dict[str, Any]:
     """The parameters of `_KEYED_INSERT` for one keyed request."""
-    flow = item.flow
     return {
         "q": queue,
         "body": item.body,
@@ -386,31 +286,6 @@ def _keyed_params(queue: str, item: _Request) -> dict[str, Any]:
         "hold": item.hold,
         "due": item.due,
         "delay": item.delay,
-        "prio": item.priority,
-        "fkey": None if flow is None else flow.key,
-        "conc": None if flow is None else flow.concurrency,
-        "rate": None if flow is None or flow.rate is None else float(flow.rate),
-        "burst": None if flow is None else flow.burst,
-        "rkey": None if flow is None else flow.rate_key,
-    }
-
-
-def _option_params(queue: str, channel: str, items: Sequence[_Request]) -> dict[str, Any]:
-    """The parameters of `_OPTIONS_INSERT`: one array per column."""
-    flows = [item.flow for item in items]
-    bodies, delays, dues = _columns(items)
-    return {
-        "q": queue,
-        "channel": channel,
-        "bodies": bodies,
-        "delays": delays,
-        "dues": dues,
-        "prios": [item.priority for item in items],
-        "keys": [None if f is None else f.key for f in flows],
-        "concs": [None if f is None else f.concurrency for f in flows],
-        "rates": [None if f is None or f.rate is None else float(f.rate) for f in flows],
-        "bursts": [None if f is None else f.burst for f in flows],
-        "rkeys": [None if f is None else f.rate_key for f in flows],
     }
 
 
@@ -436,29 +311,7 @@ def _request(request: AddRequest) -> _Request:
         None if due_at is None else min(_MAX_INSTANT, max(_MIN_INSTANT, float(due_at))),
         request.unique_key,
         None if hold is None else min(MAX_SECONDS, float(hold)),
-        request.flow,
-        request.priority,
     )
-
-
-def refuse_flow_options(requests: Sequence[AddRequest], where: str) -> None:
-    """ValueError when a (checked) request has a flow or a priority: `where` takes neither.
-
-    The queue's own `PostgresScheduling.add_requests` honours both; the writers of
-    rows in a caller's transaction (`transactional`, `outbox`) do not, and refuse them
-    rather than add a message that would skip its flow or its priority.
-    """
-    for request in requests:
-        if request.flow is not None:
-            raise ValueError(
-                f"{where} takes no AddRequest.flow: capabilities.flow_control holds for"
-                " the queue's own add_requests only; nothing was written"
-            )
-        if request.priority != 0:
-            raise ValueError(
-                f"{where} takes no AddRequest.priority: capabilities.priorities holds for"
-                " the queue's own add_requests only; nothing was written"
-            )
 
 
 def check_text(name: str, value: str) -> str:

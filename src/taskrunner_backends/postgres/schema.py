@@ -24,12 +24,6 @@ Tables (version 1):
 * ``fires``: the last fired instant per periodic schedule.
 * ``results``: task results by message id, with their expiry.
 
-Version 3 adds flow control and priorities (see `flow_sql`): each message's
-``priority`` and its flow (``flow_*`` columns, ``waiting`` until admitted), kept on its
-dead letter for a retry; ``flow_keys`` (turn, due time, blocked flags per key),
-``flow_rates`` (GCRA's ``tat`` per rate key), ``flow_wakes`` (slots freed since the
-last admission, written by triggers on ``messages``) and the function ``flow_admit``.
-
 Migrations are explicit and idempotent: `migrate` applies, in one transaction under an
 advisory lock (so workers starting together cannot race), the steps newer than the
 version recorded in ``schema_migrations``, and refuses a schema written by a newer
@@ -47,8 +41,6 @@ import psycopg
 from psycopg import sql
 
 from taskrunner.errors import ConfigurationError
-
-from .flow_sql import FLOW_ADMIT
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -150,93 +142,10 @@ _V2 = (
         ADD COLUMN IF NOT EXISTS failed bigint""",
 )
 
-# Flow control and priorities. Every ALTER adds a nullable column or one with a constant
-# default, which PostgreSQL records in the catalog without rewriting the table: existing
-# rows read as plain messages of priority 0.
-_V3 = (
-    """ALTER TABLE {s}.messages
-        ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0,
-        ADD COLUMN IF NOT EXISTS waiting boolean NOT NULL DEFAULT false,
-        ADD COLUMN IF NOT EXISTS flow_key text,
-        ADD COLUMN IF NOT EXISTS flow_concurrency integer,
-        ADD COLUMN IF NOT EXISTS flow_rate double precision,
-        ADD COLUMN IF NOT EXISTS flow_burst integer,
-        ADD COLUMN IF NOT EXISTS flow_rate_key text""",
-    """ALTER TABLE {s}.dead_letters
-        ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0,
-        ADD COLUMN IF NOT EXISTS flow_key text,
-        ADD COLUMN IF NOT EXISTS flow_concurrency integer,
-        ADD COLUMN IF NOT EXISTS flow_rate double precision,
-        ADD COLUMN IF NOT EXISTS flow_burst integer,
-        ADD COLUMN IF NOT EXISTS flow_rate_key text""",
-    # The plain read: one range per priority level, oldest first, waiting rows left out.
-    "CREATE INDEX IF NOT EXISTS messages_levels ON {s}.messages"
-    " (queue, priority, available_at, id) WHERE owner IS NULL AND NOT waiting",
-    # A key's waiting messages in admission order (its head first).
-    "CREATE INDEX IF NOT EXISTS messages_flow_waiting ON {s}.messages"
-    " (queue, flow_key, available_at, id) WHERE waiting",
-    # A key's admitted messages: what holds its slots.
-    "CREATE INDEX IF NOT EXISTS messages_flow_held ON {s}.messages"
-    " (queue, flow_key, id) WHERE flow_key IS NOT NULL AND NOT waiting",
-    "CREATE SEQUENCE IF NOT EXISTS {s}.flow_turns",
-    """CREATE TABLE IF NOT EXISTS {s}.flow_keys (
-        queue text NOT NULL,
-        key text NOT NULL,
-        turn bigint NOT NULL,
-        ready_at timestamptz,
-        slot_blocked boolean NOT NULL DEFAULT false,
-        time_blocked boolean NOT NULL DEFAULT false,
-        PRIMARY KEY (queue, key)
-    )""",
-    # The ring: keys that may admit now, by turn. Blocked keys are out of it, so an
-    # admission never walks past them however many there are.
-    "CREATE INDEX IF NOT EXISTS flow_keys_by_turn ON {s}.flow_keys (queue, turn)"
-    " WHERE NOT slot_blocked AND NOT time_blocked",
-    # Keys waiting for a time (their rate, or their head's due time), soonest first.
-    "CREATE INDEX IF NOT EXISTS flow_keys_by_time ON {s}.flow_keys (queue, ready_at)"
-    " WHERE time_blocked AND NOT slot_blocked",
-    """CREATE TABLE IF NOT EXISTS {s}.flow_rates (
-        queue text NOT NULL,
-        rate_key text NOT NULL,
-        tat double precision NOT NULL,
-        PRIMARY KEY (queue, rate_key)
-    )""",
-    """CREATE TABLE IF NOT EXISTS {s}.flow_wakes (
-        queue text NOT NULL,
-        key text NOT NULL,
-        at timestamptz NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS flow_wakes_by_queue ON {s}.flow_wakes (queue)",
-    # A slot frees when its row is deleted (ack, dead letter, purge) or released. The
-    # trigger only records the key (no lock on flow_keys, so acks of several keys in
-    # any order cannot deadlock) and wakes blocked receivers; the next admission reads
-    # the record and unblocks the key.
-    """CREATE OR REPLACE FUNCTION {s}.flow_slot_freed() RETURNS trigger
-    LANGUAGE plpgsql AS $fn$
-    BEGIN
-        INSERT INTO {s}.flow_wakes (queue, key, at)
-        VALUES (OLD.queue, OLD.flow_key,
-                CASE WHEN TG_OP = 'UPDATE' THEN NEW.available_at ELSE clock_timestamp() END);
-        PERFORM pg_notify('taskrunner.' || TG_TABLE_SCHEMA, OLD.queue);
-        RETURN NULL;
-    END
-    $fn$""",
-    "DROP TRIGGER IF EXISTS flow_slot_deleted ON {s}.messages",
-    """CREATE TRIGGER flow_slot_deleted AFTER DELETE ON {s}.messages FOR EACH ROW
-    WHEN (OLD.flow_key IS NOT NULL AND NOT OLD.waiting)
-    EXECUTE FUNCTION {s}.flow_slot_freed()""",
-    "DROP TRIGGER IF EXISTS flow_slot_released ON {s}.messages",
-    """CREATE TRIGGER flow_slot_released AFTER UPDATE OF waiting ON {s}.messages FOR EACH ROW
-    WHEN (OLD.flow_key IS NOT NULL AND NOT OLD.waiting AND NEW.waiting)
-    EXECUTE FUNCTION {s}.flow_slot_freed()""",
-    FLOW_ADMIT,
-)
-
 #: Every step, oldest first. A released step is never edited: a change is a new step.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "messages, dead letters, workers, leaders, fires, results", _V1),
     Migration(2, "workers: succeeded and failed attempt counts", _V2),
-    Migration(3, "flow control and priorities: flow columns, keys, rates, flow_admit", _V3),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

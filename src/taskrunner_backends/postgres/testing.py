@@ -76,17 +76,7 @@ async def age_lease(queue: PostgresQueue, delivery: Delivery | str, seconds: flo
     return changed > 0
 
 
-_TABLES = (
-    "messages",
-    "dead_letters",
-    "workers",
-    "leaders",
-    "fires",
-    "results",
-    "flow_keys",
-    "flow_rates",
-    "flow_wakes",
-)
+_TABLES = ("messages", "dead_letters", "workers", "leaders", "fires", "results")
 
 
 class PostgresHarness:

@@ -54,7 +54,6 @@ from .scheduling import (
     _keyed_params,
     _Request,
     _request,
-    refuse_flow_options,
 )
 
 __all__ = [
@@ -208,9 +207,7 @@ class PostgresTransactionalAdd:
 
 
 def _checked(requests: Sequence[AddRequest]) -> list[_Request]:
-    checked = check_requests(requests, nul=False, flow=True, priorities=True)
-    refuse_flow_options(checked, "a transactional add")
-    return [_request(request) for request in checked]
+    return [_request(request) for request in check_requests(requests, nul=False)]
 
 
 def drive_sync(steps: Generator[_Step, _Rows, list[Added]], run: SyncRun) -> list[Added]:
