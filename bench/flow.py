@@ -39,20 +39,16 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from throughput import private_server
 
 import taskrunner
 from taskrunner_backends.redis import open_from_url
@@ -187,59 +183,6 @@ async def bench(
     return report
 
 
-# -- a private server ------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def private_server() -> Iterator[str]:
-    """A throwaway ``redis-server`` without persistence, stopped by pid afterwards."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not on PATH (or pass --url)")
-    directory = tempfile.mkdtemp(prefix="taskrunner-bench-flow-")
-    port = _free_port()
-    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    command += ["--appendonly", "no", "--dir", directory, "--daemonize", "no"]
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not _ping(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{binary} did not start on 127.0.0.1:{port}")
-            time.sleep(0.02)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait()
-        shutil.rmtree(directory, ignore_errors=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("TASKRUNNER_BENCH_REDIS_URL"))
@@ -252,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = None if args.only is None else set(args.only.split(","))
     with contextlib.ExitStack() as stack:
-        url = args.url or stack.enter_context(private_server())
+        url = args.url or stack.enter_context(private_server("redis"))
         report = asyncio.run(bench(url, args.n, args.runs, args.budget, only))
     print(json.dumps(report))
     return 1 if report["missed"] else 0
